@@ -1,0 +1,77 @@
+//! The example consumer app used by the demo (`deploy/local/demo.sh`): joins a group and
+//! runs three jobs, logging every task it handles.
+//!
+//! ```text
+//! CHIME_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f CHIME_GROUP=demo \
+//!     cargo run -p chime-consumer --example demo_consumer
+//! ```
+
+use std::time::Duration;
+
+use chime_consumer::{Consumer, HandlerError, HandlerResult, TaskContext};
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::json;
+
+/// `heartbeat`: reports which instance ran it and how late it started.
+async fn heartbeat(ctx: TaskContext) -> HandlerResult {
+    let late_ms = (Utc::now() - ctx.fire_time()).num_milliseconds();
+    tracing::info!(job = ctx.job(), task_id = %ctx.task_id(), late_ms, "heartbeat");
+    Ok(Some(
+        json!({"instance": ctx.consumer(), "started_late_ms": late_ms}),
+    ))
+}
+
+#[derive(Deserialize)]
+struct Report {
+    rows: u32,
+    #[serde(default)]
+    work_ms: u64,
+}
+
+/// `nightly-report`: pretends to aggregate `rows` rows, taking `work_ms`.
+async fn report(ctx: TaskContext) -> HandlerResult {
+    let report: Report = ctx.payload_as()?;
+    tokio::time::sleep(Duration::from_millis(report.work_ms)).await;
+    tracing::info!(job = ctx.job(), task_id = %ctx.task_id(), rows = report.rows, "report built");
+    Ok(Some(
+        json!({"rows": report.rows, "idempotency_key": ctx.idempotency_key()}),
+    ))
+}
+
+/// `greet`: greets `name`, and refuses an empty one (a permanent failure).
+async fn greet(ctx: TaskContext) -> HandlerResult {
+    let name = ctx.payload()["name"].as_str().unwrap_or_default();
+    if name.is_empty() {
+        return Err(HandlerError::permanent("payload.name is empty"));
+    }
+    tracing::info!(job = ctx.job(), task_id = %ctx.task_id(), name, "greeted");
+    Ok(Some(json!({"greeting": format!("hello, {name}")})))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CHIME_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_target(false)
+        .init();
+    let url = std::env::var("CHIME_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let group = std::env::var("CHIME_GROUP").unwrap_or_else(|_| "demo".into());
+    let consumer = Consumer::builder(url, group)
+        .handler("heartbeat", heartbeat)
+        .handler("nightly-report", report)
+        .handler("greet", greet)
+        .concurrency(4)
+        .build()?;
+    tracing::info!(
+        instance = consumer.instance(),
+        group = consumer.group(),
+        "demo consumer starting"
+    );
+    consumer.run().await?;
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! The life of one delivery, from parse to acknowledgement.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use lapin::{
+    message::Delivery,
+    options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions},
+};
+use tracing::{debug, warn};
+
+use super::{
+    Registered, Shared,
+    replies::{ReplyError, ReplyPublisher},
+};
+use crate::{
+    backoff::Backoff,
+    handler::{HandlerError, TaskContext, catch_panic, outcome_of},
+    idempotency::{IdempotencyError, RecordedOutcome, is_final},
+    protocol::{TaskMessage, TaskOutcome},
+};
+
+/// Pause before handing a delivery back to the queue, so a persistent failure does not
+/// turn into a hot redelivery loop.
+const REQUEUE_PAUSE: Duration = Duration::from_secs(1);
+/// How long a delivery is held while the idempotency store is unavailable. Every return
+/// to a quorum queue counts towards its delivery limit, so an outage is waited out here
+/// rather than by requeueing; this stays well below RabbitMQ's 30-minute consumer timeout.
+const MAX_STORE_WAIT: Duration = Duration::from_secs(10 * 60);
+
+#[derive(Debug, thiserror::Error)]
+enum DeliveryError {
+    #[error("could not publish reply: {0}")]
+    Reply(#[from] ReplyError),
+    #[error("idempotency store failed: {0}")]
+    Idempotency(#[from] IdempotencyError),
+}
+
+pub(super) async fn process(delivery: Delivery, shared: &Shared, replies: &ReplyPublisher) {
+    let task = match TaskMessage::from_slice(&delivery.data) {
+        Ok(task) => task,
+        Err(error) => {
+            warn!(%error, group = %shared.settings.group, "dead-lettering a malformed task");
+            metrics::counter!("chime_consumer_malformed_tasks_total").increment(1);
+            let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
+            return;
+        }
+    };
+    let _one_at_a_time = shared.key_locks.lock(task.task_id).await;
+    let ctx = TaskContext::new(task, shared.settings.instance.clone());
+    let give_up_at = tokio::time::Instant::now() + MAX_STORE_WAIT;
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    let outcome = loop {
+        match handle(&ctx, shared, replies).await {
+            Err(DeliveryError::Idempotency(error)) if tokio::time::Instant::now() < give_up_at => {
+                let delay = backoff.next_delay();
+                warn!(%error, task_id = %ctx.task_id(), retry_in_ms = delay.as_millis() as u64,
+                    "idempotency store unavailable; holding the task");
+                tokio::time::sleep(delay).await;
+            }
+            other => break other,
+        }
+    };
+    match outcome {
+        Ok(()) => match delivery.ack(BasicAckOptions::default()).await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                // The channel is gone; RabbitMQ redelivers and the outcome is replayed.
+                warn!(task_id = %ctx.task_id(), "delivery ack not sent; task will be redelivered");
+            }
+        },
+        Err(error) => {
+            warn!(%error, task_id = %ctx.task_id(), job = ctx.job(),
+                "task not completed; handing it back to the queue");
+            tokio::time::sleep(REQUEUE_PAUSE).await;
+            let _ = delivery
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..BasicNackOptions::default()
+                })
+                .await;
+        }
+    }
+}
+
+async fn handle(
+    ctx: &TaskContext,
+    shared: &Shared,
+    replies: &ReplyPublisher,
+) -> Result<(), DeliveryError> {
+    match shared.handlers.for_job(ctx.job()) {
+        #[cfg(feature = "postgres")]
+        Some(Registered::Transactional(handler, store)) => {
+            use crate::idempotency::TxExecution;
+            replies.send_ack(ctx).await?;
+            let (recorded, replayed) = match store.execute(handler.as_ref(), ctx.clone()).await? {
+                TxExecution::Ran(recorded) => (recorded, false),
+                TxExecution::Replayed(recorded) => (recorded, true),
+            };
+            report(ctx, &recorded, replayed);
+            replies.send_result(ctx, &recorded, replayed).await?;
+            Ok(())
+        }
+        registered => {
+            if let Some(recorded) = shared.idempotency.lookup(ctx.idempotency_key()).await? {
+                report(ctx, &recorded, true);
+                replies.send_result(ctx, &recorded, true).await?;
+                return Ok(());
+            }
+            replies.send_ack(ctx).await?;
+            let result = match registered {
+                Some(Registered::Plain(handler)) => {
+                    catch_panic(|| handler.handle(ctx.clone())).await
+                }
+                _ => Err(HandlerError::permanent(format!(
+                    "no handler registered for job {:?} in group {:?}",
+                    ctx.job(),
+                    ctx.group()
+                ))),
+            };
+            let recorded = RecordedOutcome {
+                outcome: outcome_of(&result),
+                finished_at: Utc::now(),
+            };
+            if is_final(&recorded.outcome)
+                && let Err(error) = shared
+                    .idempotency
+                    .record(ctx.idempotency_key(), &recorded)
+                    .await
+            {
+                // The result still goes out; only duplicate suppression is weakened.
+                warn!(%error, task_id = %ctx.task_id(), "could not record the outcome");
+            }
+            report(ctx, &recorded, false);
+            replies.send_result(ctx, &recorded, false).await?;
+            Ok(())
+        }
+    }
+}
+
+fn report(ctx: &TaskContext, recorded: &RecordedOutcome, replayed: bool) {
+    let outcome = match &recorded.outcome {
+        TaskOutcome::Succeeded { .. } => "succeeded",
+        TaskOutcome::Failed { error } if error.retryable => "retryable",
+        TaskOutcome::Failed { .. } => "failed",
+    };
+    if replayed {
+        metrics::counter!("chime_consumer_replayed_total").increment(1);
+    }
+    metrics::counter!("chime_consumer_tasks_total", "outcome" => outcome, "replayed" => replayed.to_string())
+        .increment(1);
+    debug!(task_id = %ctx.task_id(), job = ctx.job(), attempt = ctx.attempt(), outcome, replayed,
+        "task finished");
+}

@@ -1,0 +1,103 @@
+//! Publishing acks and results to the scheduler, each confirmed by the broker.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use lapin::{BasicProperties, Channel, Confirmation, options::BasicPublishOptions};
+
+use crate::{
+    handler::TaskContext,
+    idempotency::RecordedOutcome,
+    protocol::{AckMessage, PROTOCOL_VERSION, Reply, ResultMessage, topology},
+};
+
+/// How long to wait for the broker to confirm a reply before treating it as lost.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a reply was not confirmed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReplyError {
+    #[error("rabbitmq error: {0}")]
+    Amqp(#[from] lapin::Error),
+    #[error("broker nacked the reply")]
+    Nacked,
+    #[error("reply was unroutable (is the reply queue declared?)")]
+    Unroutable,
+    #[error("no confirm within {CONFIRM_TIMEOUT:?}")]
+    Timeout,
+}
+
+#[derive(Clone)]
+pub(crate) struct ReplyPublisher {
+    channel: Channel,
+    instance: String,
+}
+
+impl ReplyPublisher {
+    pub(crate) fn new(channel: Channel, instance: String) -> Self {
+        Self { channel, instance }
+    }
+
+    pub(crate) async fn close(&self) {
+        let _ = self
+            .channel
+            .close(200, "consumer shutting down".into())
+            .await;
+    }
+
+    pub(crate) async fn send_ack(&self, ctx: &TaskContext) -> Result<(), ReplyError> {
+        self.publish(Reply::Ack(AckMessage {
+            v: PROTOCOL_VERSION,
+            task_id: ctx.task_id(),
+            attempt: ctx.attempt(),
+            consumer: self.instance.clone(),
+            acked_at: Utc::now(),
+        }))
+        .await
+    }
+
+    pub(crate) async fn send_result(
+        &self,
+        ctx: &TaskContext,
+        recorded: &RecordedOutcome,
+        replayed: bool,
+    ) -> Result<(), ReplyError> {
+        self.publish(Reply::Result(ResultMessage {
+            v: PROTOCOL_VERSION,
+            task_id: ctx.task_id(),
+            attempt: ctx.attempt(),
+            consumer: self.instance.clone(),
+            finished_at: recorded.finished_at,
+            replayed,
+            outcome: recorded.outcome.clone(),
+        }))
+        .await
+    }
+
+    async fn publish(&self, reply: Reply) -> Result<(), ReplyError> {
+        let properties = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2)
+            .with_message_id(reply.task_id().to_string().into());
+        let confirm = self
+            .channel
+            .basic_publish(
+                topology::REPLY_EXCHANGE.into(),
+                topology::REPLY_ROUTING_KEY.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                &reply.to_vec(),
+                properties,
+            )
+            .await?;
+        match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
+            Err(_) => Err(ReplyError::Timeout),
+            Ok(Err(error)) => Err(error.into()),
+            Ok(Ok(Confirmation::Ack(None))) | Ok(Ok(Confirmation::NotRequested)) => Ok(()),
+            Ok(Ok(Confirmation::Ack(Some(_)))) => Err(ReplyError::Unroutable),
+            Ok(Ok(Confirmation::Nack(_))) => Err(ReplyError::Nacked),
+        }
+    }
+}

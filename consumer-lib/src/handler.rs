@@ -1,0 +1,288 @@
+//! What an application writes: a handler that receives a [`TaskContext`] and returns a
+//! [`HandlerResult`] — success with optional output, a retryable error, or a permanent one.
+
+use std::{future::Future, pin::Pin, time::Duration};
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::protocol::{TaskError, TaskMessage, TaskOutcome};
+
+/// What a handler returns: `Ok(output)` on success, where `output` (if any) is shown on the
+/// run, or a [`HandlerError`].
+pub type HandlerResult = Result<Option<Value>, HandlerError>;
+
+/// A boxed handler future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How a handler failed. The variant decides what the scheduler does next.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HandlerError {
+    /// Running the task again may succeed (a dependency was down, a lock was busy).
+    #[error("retryable: {message}")]
+    Retryable {
+        /// Why it failed.
+        message: String,
+        /// When to retry, if the handler knows better than the job's backoff.
+        retry_after: Option<Duration>,
+    },
+    /// Running the task again will not help (bad payload, business rule violated).
+    #[error("permanent: {message}")]
+    Permanent {
+        /// Why it failed.
+        message: String,
+    },
+}
+
+impl HandlerError {
+    /// A failure worth retrying.
+    pub fn retryable(message: impl std::fmt::Display) -> Self {
+        HandlerError::Retryable {
+            message: message.to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// A failure worth retrying no sooner than `delay` from now.
+    pub fn retry_after(message: impl std::fmt::Display, delay: Duration) -> Self {
+        HandlerError::Retryable {
+            message: message.to_string(),
+            retry_after: Some(delay),
+        }
+    }
+
+    /// A failure that retrying cannot fix.
+    pub fn permanent(message: impl std::fmt::Display) -> Self {
+        HandlerError::Permanent {
+            message: message.to_string(),
+        }
+    }
+
+    /// Whether this failure may be retried.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, HandlerError::Retryable { .. })
+    }
+
+    /// The failure as it travels on the wire.
+    pub fn to_task_error(&self) -> TaskError {
+        match self {
+            HandlerError::Retryable {
+                message,
+                retry_after,
+            } => TaskError {
+                message: message.clone(),
+                retryable: true,
+                retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+            },
+            HandlerError::Permanent { message } => TaskError {
+                message: message.clone(),
+                retryable: false,
+                retry_after_ms: None,
+            },
+        }
+    }
+}
+
+/// Converts a handler's result into the outcome reported to the scheduler.
+pub fn outcome_of(result: &HandlerResult) -> TaskOutcome {
+    match result {
+        Ok(output) => TaskOutcome::Succeeded {
+            output: output.clone(),
+        },
+        Err(error) => TaskOutcome::Failed {
+            error: error.to_task_error(),
+        },
+    }
+}
+
+/// Everything a handler knows about the task it runs.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    task: TaskMessage,
+    consumer: String,
+}
+
+impl TaskContext {
+    /// Wraps a received task for consumer instance `consumer`.
+    pub fn new(task: TaskMessage, consumer: impl Into<String>) -> Self {
+        Self {
+            task,
+            consumer: consumer.into(),
+        }
+    }
+
+    /// The task id, which is also the run id.
+    pub fn task_id(&self) -> Uuid {
+        self.task.task_id
+    }
+
+    /// The idempotency key: the same for every delivery and attempt of this fire (shard
+    /// item). Use it to make the handler's side effects happen once.
+    pub fn idempotency_key(&self) -> Uuid {
+        self.task.task_id
+    }
+
+    /// The job's id.
+    pub fn job_id(&self) -> Uuid {
+        self.task.job_id
+    }
+
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.task.job
+    }
+
+    /// The job's app namespace.
+    pub fn app(&self) -> &str {
+        &self.task.app
+    }
+
+    /// The consumer group the task was sent to.
+    pub fn group(&self) -> &str {
+        &self.task.group
+    }
+
+    /// When this fire was scheduled (not when it was delivered).
+    pub fn fire_time(&self) -> DateTime<Utc> {
+        self.task.fire_time
+    }
+
+    /// Delivery attempt, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.task.attempt
+    }
+
+    /// Shard index of this item, `0..shard_total()`.
+    pub fn shard(&self) -> u32 {
+        self.task.shard
+    }
+
+    /// Number of shard items of this fire (1 for unsharded jobs).
+    pub fn shard_total(&self) -> u32 {
+        self.task.shard_total
+    }
+
+    /// The payload as JSON.
+    pub fn payload(&self) -> &Value {
+        &self.task.payload
+    }
+
+    /// The payload as a typed struct; a payload of the wrong shape is a permanent failure,
+    /// since retrying the same payload cannot fix it.
+    pub fn payload_as<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
+        T::deserialize(&self.task.payload)
+            .map_err(|e| HandlerError::permanent(format!("payload does not fit: {e}")))
+    }
+
+    /// This consumer instance's id.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// The task message as received.
+    pub fn task(&self) -> &TaskMessage {
+        &self.task
+    }
+}
+
+/// Starts and runs a handler, turning a panic — in the synchronous call or in the future
+/// it returns — into a permanent failure, so one bad task never takes the consumer down.
+pub(crate) async fn catch_panic<S, F>(start: S) -> HandlerResult
+where
+    S: FnOnce() -> F,
+    F: Future<Output = HandlerResult>,
+{
+    use futures_util::FutureExt;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let future = match catch_unwind(AssertUnwindSafe(start)) {
+        Ok(future) => future,
+        Err(panic) => return Err(panicked(panic)),
+    };
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(panicked(panic)),
+    }
+}
+
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> HandlerError {
+    let reason = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_string());
+    HandlerError::permanent(format!("handler panicked: {reason}"))
+}
+
+/// A task handler. Implemented for every `Fn(TaskContext) -> impl Future<Output =
+/// HandlerResult>`, so an `async` closure or function is a handler.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs the task.
+    fn handle(&self, ctx: TaskContext) -> BoxFuture<'static, HandlerResult>;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(TaskContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    fn handle(&self, ctx: TaskContext) -> BoxFuture<'static, HandlerResult> {
+        Box::pin(self(ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    fn ctx(payload: Value) -> TaskContext {
+        TaskContext::new(
+            TaskMessage {
+                v: 1,
+                task_id: Uuid::from_u128(1),
+                job_id: Uuid::from_u128(2),
+                app: "default".into(),
+                job: "j".into(),
+                group: "g".into(),
+                fire_time: Utc::now(),
+                shard: 0,
+                shard_total: 1,
+                attempt: 1,
+                payload,
+                published_at: Utc::now(),
+            },
+            "me",
+        )
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Close {
+        older_than_min: u32,
+    }
+
+    #[test]
+    fn typed_payload() {
+        let c = ctx(json!({"older_than_min": 30}));
+        assert_eq!(
+            c.payload_as::<Close>().unwrap(),
+            Close { older_than_min: 30 }
+        );
+        let err = ctx(json!({"older_than_min": "x"}))
+            .payload_as::<Close>()
+            .unwrap_err();
+        assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn errors_map_to_the_wire() {
+        let e = HandlerError::retry_after("busy", Duration::from_secs(2)).to_task_error();
+        assert!(e.retryable);
+        assert_eq!(e.retry_after_ms, Some(2000));
+        let e = HandlerError::permanent("bad").to_task_error();
+        assert!(!e.retryable);
+        assert_eq!(e.message, "bad");
+    }
+}

@@ -1,0 +1,284 @@
+//! Message bodies that cross RabbitMQ, as JSON: the task the scheduler publishes, and the
+//! ack and result replies a consumer sends back.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::PROTOCOL_VERSION;
+
+/// Why a message body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// The body is not JSON of the expected shape.
+    #[error("malformed message: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// The body is well-formed but speaks another protocol version.
+    #[error("unsupported protocol version {found} (this side speaks {PROTOCOL_VERSION})")]
+    UnsupportedVersion {
+        /// The version the message carried.
+        found: u32,
+    },
+}
+
+/// One task: a single fire of a job (one shard item of it), published by the scheduler to
+/// the job's target group. `task_id` is the run id and the idempotency key: every
+/// re-publish of the same fire carries the same `task_id` and a higher `attempt`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskMessage {
+    /// Protocol version, always [`PROTOCOL_VERSION`] when written by this crate.
+    pub v: u32,
+    /// Run id and idempotency key, see [`super::run_id`].
+    pub task_id: Uuid,
+    /// The job that fired.
+    pub job_id: Uuid,
+    /// The job's namespace.
+    pub app: String,
+    /// The job's name, unique within `app`; consumers route to handlers by it.
+    pub job: String,
+    /// Target consumer group.
+    pub group: String,
+    /// The scheduled fire time (not the publish time), millisecond precision.
+    pub fire_time: DateTime<Utc>,
+    /// Shard index, `0..shard_total`.
+    pub shard: u32,
+    /// Number of shard items this fire was split into (1 for unsharded jobs).
+    pub shard_total: u32,
+    /// Delivery attempt, starting at 1.
+    pub attempt: u32,
+    /// The job's payload as configured when the run was recorded.
+    pub payload: Value,
+    /// When the scheduler published this attempt.
+    pub published_at: DateTime<Utc>,
+}
+
+impl TaskMessage {
+    /// Parses a task body and checks its version.
+    pub fn from_slice(body: &[u8]) -> Result<Self, ProtocolError> {
+        let task: TaskMessage = serde_json::from_slice(body)?;
+        check_version(task.v)?;
+        Ok(task)
+    }
+
+    /// Serialises the task to its JSON body.
+    pub fn to_vec(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a task message always serialises")
+    }
+}
+
+/// A message a consumer sends back to the scheduler on the reply exchange.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// The consumer received the task and is about to run its handler.
+    Ack(AckMessage),
+    /// The handler finished, successfully or not.
+    Result(ResultMessage),
+}
+
+impl Reply {
+    /// Parses a reply body and checks its version.
+    pub fn from_slice(body: &[u8]) -> Result<Self, ProtocolError> {
+        let reply: Reply = serde_json::from_slice(body)?;
+        check_version(reply.version())?;
+        Ok(reply)
+    }
+
+    /// Serialises the reply to its JSON body.
+    pub fn to_vec(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a reply message always serialises")
+    }
+
+    /// The protocol version the reply carries.
+    pub fn version(&self) -> u32 {
+        match self {
+            Reply::Ack(ack) => ack.v,
+            Reply::Result(result) => result.v,
+        }
+    }
+
+    /// The task the reply is about.
+    pub fn task_id(&self) -> Uuid {
+        match self {
+            Reply::Ack(ack) => ack.task_id,
+            Reply::Result(result) => result.task_id,
+        }
+    }
+}
+
+/// "I have the task and am running it."
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckMessage {
+    /// Protocol version.
+    pub v: u32,
+    /// The task's id (run id).
+    pub task_id: Uuid,
+    /// The attempt being acknowledged.
+    pub attempt: u32,
+    /// Consumer instance id.
+    pub consumer: String,
+    /// When the consumer received the task.
+    pub acked_at: DateTime<Utc>,
+}
+
+/// "The handler finished with this outcome."
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultMessage {
+    /// Protocol version.
+    pub v: u32,
+    /// The task's id (run id).
+    pub task_id: Uuid,
+    /// The attempt this result answers.
+    pub attempt: u32,
+    /// Consumer instance id.
+    pub consumer: String,
+    /// When the handler finished (for a replayed result: when it first finished).
+    pub finished_at: DateTime<Utc>,
+    /// True when this result was re-sent from the idempotency store for a duplicate
+    /// delivery instead of running the handler again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+    /// What happened.
+    #[serde(flatten)]
+    pub outcome: TaskOutcome,
+}
+
+/// A handler's outcome, as reported and as recorded in idempotency stores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum TaskOutcome {
+    /// The handler succeeded, optionally with output JSON.
+    Succeeded {
+        /// Output shown on the run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<Value>,
+    },
+    /// The handler failed.
+    Failed {
+        /// Why.
+        error: TaskError,
+    },
+}
+
+/// A handler failure as it travels on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskError {
+    /// Human-readable reason.
+    pub message: String,
+    /// Whether running the task again may succeed.
+    pub retryable: bool,
+    /// The handler's hint for when to retry, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+fn check_version(found: u32) -> Result<(), ProtocolError> {
+    if found == PROTOCOL_VERSION {
+        Ok(())
+    } else {
+        Err(ProtocolError::UnsupportedVersion { found })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn task() -> TaskMessage {
+        TaskMessage {
+            v: PROTOCOL_VERSION,
+            task_id: Uuid::from_u128(1),
+            job_id: Uuid::from_u128(2),
+            app: "shop".into(),
+            job: "close-orders".into(),
+            group: "orders".into(),
+            fire_time: "2026-11-21T10:00:00Z".parse().unwrap(),
+            shard: 0,
+            shard_total: 1,
+            attempt: 1,
+            payload: json!({"older_than_min": 30}),
+            published_at: "2026-11-21T10:00:00.004Z".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn task_round_trips() {
+        let task = task();
+        assert_eq!(TaskMessage::from_slice(&task.to_vec()).unwrap(), task);
+    }
+
+    #[test]
+    fn task_with_other_version_is_rejected() {
+        let mut task = task();
+        task.v = 2;
+        let err = TaskMessage::from_slice(&task.to_vec()).unwrap_err();
+        assert!(matches!(
+            err,
+            ProtocolError::UnsupportedVersion { found: 2 }
+        ));
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        assert!(matches!(
+            TaskMessage::from_slice(b"not json"),
+            Err(ProtocolError::Malformed(_))
+        ));
+        assert!(matches!(
+            Reply::from_slice(br#"{"type":"ack","v":1}"#),
+            Err(ProtocolError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn result_wire_shape_is_flat() {
+        let reply = Reply::Result(ResultMessage {
+            v: 1,
+            task_id: Uuid::from_u128(1),
+            attempt: 2,
+            consumer: "host-1".into(),
+            finished_at: "2026-11-21T10:00:01Z".parse().unwrap(),
+            replayed: false,
+            outcome: TaskOutcome::Failed {
+                error: TaskError {
+                    message: "db down".into(),
+                    retryable: true,
+                    retry_after_ms: Some(5000),
+                },
+            },
+        });
+        let value: Value = serde_json::from_slice(&reply.to_vec()).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "type": "result", "v": 1, "task_id": Uuid::from_u128(1), "attempt": 2,
+                "consumer": "host-1", "finished_at": "2026-11-21T10:00:01Z",
+                "status": "failed",
+                "error": {"message": "db down", "retryable": true, "retry_after_ms": 5000}
+            })
+        );
+        assert_eq!(Reply::from_slice(&reply.to_vec()).unwrap(), reply);
+    }
+
+    #[test]
+    fn succeeded_result_parses_from_documented_json() {
+        let body = json!({
+            "type": "result", "v": 1, "task_id": Uuid::from_u128(7), "attempt": 1,
+            "consumer": "py-worker-3", "finished_at": "2026-11-21T10:00:01.250Z",
+            "status": "succeeded", "output": {"closed": 12}
+        });
+        let reply = Reply::from_slice(body.to_string().as_bytes()).unwrap();
+        let Reply::Result(result) = reply else {
+            panic!("expected a result")
+        };
+        assert_eq!(
+            result.outcome,
+            TaskOutcome::Succeeded {
+                output: Some(json!({"closed": 12}))
+            }
+        );
+        assert!(!result.replayed);
+    }
+}

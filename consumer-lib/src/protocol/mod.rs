@@ -1,0 +1,18 @@
+//! The Chime wire protocol, defined once and shared by the scheduler and every consumer:
+//! the message types ([`messages`]), the idempotency-key derivation ([`run_id`]) and the
+//! RabbitMQ topology — exchange and queue names and their arguments ([`topology`]).
+//!
+//! `docs/protocol.md` describes the same protocol for consumers written in other languages.
+
+pub mod messages;
+pub mod run_id;
+pub mod topology;
+
+pub use messages::{
+    AckMessage, ProtocolError, Reply, ResultMessage, TaskError, TaskMessage, TaskOutcome,
+};
+pub use run_id::{manual_run_id, run_id};
+
+/// Version carried in every message's `v` field. A reader rejects a message with a
+/// different version instead of guessing at its meaning.
+pub const PROTOCOL_VERSION: u32 = 1;
