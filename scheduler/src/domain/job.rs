@@ -1,0 +1,469 @@
+//! Jobs: a named schedule in an app namespace with a target, a payload and delivery
+//! settings. [`JobSpec`] is what a user asks for, validated; [`Job`] is a stored job.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use chime_consumer::protocol::{PROTOCOL_VERSION, TaskMessage, topology::is_valid_name};
+
+use super::{
+    duration::HumanDuration,
+    misfire::{MisfirePolicy, plan_fires},
+    run::{Run, RunTrigger},
+    schedule::Schedule,
+    validation::FieldError,
+};
+
+/// How a job's fires are delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// One instance of the target group runs each fire.
+    #[default]
+    Group,
+}
+
+/// Where a job's tasks go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// Consumer group.
+    pub group: String,
+    /// Delivery mode.
+    #[serde(default)]
+    pub mode: DeliveryMode,
+}
+
+/// Whether a job may fire while its previous run is unfinished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverlapPolicy {
+    /// Fire on schedule regardless of earlier runs.
+    #[default]
+    Allow,
+}
+
+/// A job's schedule and delivery settings — everything but its identity and pause state.
+/// Stored as one JSON document; the field names are the API's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSettings {
+    /// When it fires.
+    pub schedule: Schedule,
+    /// Where its tasks go.
+    pub target: Target,
+    /// JSON handed to the handler.
+    pub payload: Value,
+    /// How long a dispatched task may wait for a consumer's ack.
+    pub ack_timeout: HumanDuration,
+    /// Most deliveries of one fire before it is given up.
+    pub max_attempts: u32,
+    /// What to do with missed fires.
+    pub misfire: MisfirePolicy,
+    /// Most missed fires replayed by `catch_up`.
+    pub catch_up_limit: u32,
+    /// Whether fires may overlap.
+    pub overlap: OverlapPolicy,
+}
+
+/// A validated job definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// Namespace, default `default`.
+    pub app: String,
+    /// Unique within `app`.
+    pub name: String,
+    /// Paused jobs do not fire.
+    pub paused: bool,
+    /// Schedule and delivery settings.
+    pub settings: JobSettings,
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// Id (UUIDv7: ordered by creation).
+    pub id: Uuid,
+    /// The definition.
+    pub spec: JobSpec,
+    /// Increases with every change of the definition or pause state; a PATCH names the
+    /// version it read and fails if the job changed since.
+    pub version: i64,
+    /// Next scheduled fire; None for a finished one-shot or an exhausted cron.
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change of the definition or pause state.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The outcome of [`Job::fires_due`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobFires {
+    /// Runs to record.
+    pub runs: Vec<Run>,
+    /// The job's next fire time after them.
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// Whether fires were missed (more than the grace late).
+    pub misfired: bool,
+}
+
+/// Defaults and bounds of job settings.
+pub mod limits {
+    use std::time::Duration;
+
+    /// Default app namespace.
+    pub const DEFAULT_APP: &str = "default";
+    /// Default ack timeout.
+    pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+    /// Shortest ack timeout.
+    pub const MIN_ACK_TIMEOUT: Duration = Duration::from_secs(1);
+    /// Longest ack timeout: below RabbitMQ's default consumer timeout (30 min), past which
+    /// the broker closes the consumer's channel anyway.
+    pub const MAX_ACK_TIMEOUT: Duration = Duration::from_secs(25 * 60);
+    /// Default max attempts.
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+    /// Most attempts.
+    pub const MAX_ATTEMPTS: u32 = 100;
+    /// Default catch-up bound.
+    pub const DEFAULT_CATCH_UP_LIMIT: u32 = 10;
+    /// Largest catch-up bound.
+    pub const MAX_CATCH_UP_LIMIT: u32 = 1000;
+}
+
+/// Whether replacing `old` with `new` recomputes the next fire time: the schedule changed
+/// or the job was resumed. Otherwise the stored next fire time stands, whatever a
+/// concurrent fire made of it.
+pub fn reschedules(old: &JobSpec, new: &JobSpec) -> bool {
+    new.settings.schedule != old.settings.schedule || (old.paused && !new.paused)
+}
+
+/// Checks an app, job or group name against the protocol's naming rule.
+pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
+    if is_valid_name(name) {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!(
+                "invalid name {name:?}: use 1-128 letters, digits, '-' or '_', starting with a letter or digit"
+            ),
+        ))
+    }
+}
+
+/// Checks the payload fits in `limit` bytes of JSON.
+pub fn validate_payload_size(payload: &Value, limit: usize) -> Result<(), FieldError> {
+    let size = serde_json::to_vec(payload).map_or(usize::MAX, |v| v.len());
+    if size > limit {
+        Err(FieldError::new(
+            "payload",
+            format!("payload is {size} bytes of JSON, over the limit of {limit} bytes"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks the payload holds no NUL character, which PostgreSQL cannot store; refused on
+/// every store so both behave alike.
+pub fn validate_payload_text(payload: &Value) -> Result<(), FieldError> {
+    fn has_nul(value: &Value) -> bool {
+        match value {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(items) => items.iter().any(has_nul),
+            Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+            _ => false,
+        }
+    }
+    if has_nul(payload) {
+        Err(FieldError::new(
+            "payload",
+            "payload strings may not contain the NUL character (\\u0000)",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+impl JobSettings {
+    /// Checks bounds that the types alone do not express.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        validate_name("target.group", &self.target.group)?;
+        let ack = self.ack_timeout.get();
+        if !(limits::MIN_ACK_TIMEOUT..=limits::MAX_ACK_TIMEOUT).contains(&ack) {
+            return Err(FieldError::new(
+                "ack_timeout",
+                format!(
+                    "ack_timeout {} is out of range: use 1s to 25m (RabbitMQ's consumer timeout is 30m)",
+                    self.ack_timeout
+                ),
+            ));
+        }
+        if !(1..=limits::MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return Err(FieldError::new(
+                "max_attempts",
+                format!(
+                    "max_attempts {} is out of range: use 1 to {}",
+                    self.max_attempts,
+                    limits::MAX_ATTEMPTS
+                ),
+            ));
+        }
+        if !(1..=limits::MAX_CATCH_UP_LIMIT).contains(&self.catch_up_limit) {
+            return Err(FieldError::new(
+                "catch_up_limit",
+                format!(
+                    "catch_up_limit {} is out of range: use 1 to {}",
+                    self.catch_up_limit,
+                    limits::MAX_CATCH_UP_LIMIT
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Job {
+    /// A new job created at `now` from `spec`, with its first fire computed.
+    pub fn new(spec: JobSpec, now: DateTime<Utc>) -> Self {
+        let now = super::schedule::truncate_ms(now);
+        let next_fire_at = spec.settings.schedule.first_fire(now);
+        Self {
+            id: Uuid::now_v7(),
+            spec,
+            version: 1,
+            next_fire_at,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// The job after replacing its definition with `spec` at `now`: the version moves on,
+    /// and the next fire is recomputed when the schedule changed or the job was resumed
+    /// (fires skipped while paused are not "missed").
+    pub fn updated(&self, spec: JobSpec, now: DateTime<Utc>) -> Self {
+        let now = super::schedule::truncate_ms(now);
+        let rescheduled = spec.settings.schedule != self.spec.settings.schedule;
+        let resumed = self.spec.paused && !spec.paused;
+        let next_fire_at = if reschedules(&self.spec, &spec) {
+            match (&spec.settings.schedule, resumed && !rescheduled) {
+                // A one-shot keeps its instant until it has fired.
+                (Schedule::At(_), true) => self.next_fire_at,
+                (schedule, _) => schedule.first_fire(now),
+            }
+        } else {
+            self.next_fire_at
+        };
+        Self {
+            id: self.id,
+            spec,
+            version: self.version + 1,
+            next_fire_at,
+            created_at: self.created_at,
+            updated_at: now,
+        }
+    }
+
+    /// The fires due at `now` (see [`plan_fires`]) as new runs, and the next fire time.
+    /// Nothing is due for a paused job or one whose next fire is after `now`.
+    pub fn fires_due(&self, now: DateTime<Utc>, grace: chrono::Duration) -> JobFires {
+        let Some(due) = self.timer_entry().filter(|due| *due <= now) else {
+            return JobFires {
+                runs: Vec::new(),
+                next_fire_at: self.next_fire_at,
+                misfired: false,
+            };
+        };
+        let settings = &self.spec.settings;
+        let plan = plan_fires(
+            &settings.schedule,
+            due,
+            now,
+            settings.misfire,
+            settings.catch_up_limit,
+            grace,
+        );
+        let runs = plan
+            .fire_times
+            .iter()
+            .map(|t| {
+                Run::new(
+                    self.id,
+                    *t,
+                    RunTrigger::Schedule,
+                    settings.payload.clone(),
+                    now,
+                )
+            })
+            .collect();
+        JobFires {
+            runs,
+            next_fire_at: plan.next_fire_at,
+            misfired: plan.misfired,
+        }
+    }
+
+    /// The task message of `run` of this job. `published_at` is the run's creation time
+    /// until the dispatcher stamps the publish time.
+    pub fn task_message(&self, run: &Run) -> TaskMessage {
+        TaskMessage {
+            v: PROTOCOL_VERSION,
+            task_id: run.id,
+            job_id: self.id,
+            app: self.spec.app.clone(),
+            job: self.spec.name.clone(),
+            group: self.spec.settings.target.group.clone(),
+            fire_time: run.fire_time,
+            shard: run.shard,
+            shard_total: run.shard_total,
+            attempt: run.attempt,
+            payload: run.payload.clone(),
+            published_at: run.created_at,
+        }
+    }
+
+    /// Whether the timer should hold this job: active with a next fire time.
+    pub fn timer_entry(&self) -> Option<DateTime<Utc>> {
+        if self.spec.paused {
+            None
+        } else {
+            self.next_fire_at
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::schedule::ScheduleSpec;
+    use chrono::Duration;
+
+    fn spec(schedule: ScheduleSpec) -> JobSpec {
+        JobSpec {
+            app: "shop".into(),
+            name: "close".into(),
+            paused: false,
+            settings: JobSettings {
+                schedule: Schedule::from_spec(&schedule).unwrap(),
+                target: Target {
+                    group: "orders".into(),
+                    mode: DeliveryMode::Group,
+                },
+                payload: Value::Null,
+                ack_timeout: HumanDuration(limits::DEFAULT_ACK_TIMEOUT),
+                max_attempts: 5,
+                misfire: MisfirePolicy::FireOnce,
+                catch_up_limit: 10,
+                overlap: OverlapPolicy::Allow,
+            },
+        }
+    }
+
+    fn every(s: &str) -> ScheduleSpec {
+        ScheduleSpec {
+            every: Some(s.into()),
+            ..ScheduleSpec::default()
+        }
+    }
+
+    #[test]
+    fn settings_round_trip_through_json() {
+        let s = spec(every("30s")).settings;
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["schedule"], serde_json::json!({"every": "30s"}));
+        assert_eq!(json["ack_timeout"], "30s");
+        assert_eq!(json["misfire"], "fire_once");
+        assert_eq!(serde_json::from_value::<JobSettings>(json).unwrap(), s);
+    }
+
+    #[test]
+    fn updates_keep_or_recompute_next_fire() {
+        let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+        let job = Job::new(spec(every("30s")), t0);
+        assert_eq!(job.next_fire_at, Some(t0 + Duration::seconds(30)));
+
+        let mut payload_only = job.spec.clone();
+        payload_only.settings.payload = serde_json::json!({"x": 1});
+        let later = t0 + Duration::seconds(10);
+        let j2 = job.updated(payload_only, later);
+        assert_eq!((j2.version, j2.next_fire_at), (2, job.next_fire_at));
+
+        let j3 = job.updated(spec(every("1m")), later);
+        assert_eq!(j3.next_fire_at, Some(later + Duration::minutes(1)));
+
+        let mut paused = job.spec.clone();
+        paused.paused = true;
+        let j4 = job.updated(paused, later);
+        assert_eq!(j4.timer_entry(), None);
+        let resumed_at = t0 + Duration::hours(1);
+        let j5 = j4.updated(job.spec.clone(), resumed_at);
+        assert_eq!(j5.next_fire_at, Some(resumed_at + Duration::seconds(30)));
+    }
+
+    #[test]
+    fn resumed_one_shot_keeps_its_instant() {
+        let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+        let at = ScheduleSpec {
+            at: Some("2026-11-21T11:00:00Z".into()),
+            ..ScheduleSpec::default()
+        };
+        let mut paused = spec(at.clone());
+        paused.paused = true;
+        let job = Job::new(paused, t0);
+        let resumed = job.updated(spec(at), t0 + Duration::hours(2));
+        assert_eq!(
+            resumed.next_fire_at,
+            Some("2026-11-21T11:00:00Z".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn fires_due_records_runs_and_advances() {
+        let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+        let job = Job::new(spec(every("30s")), t0);
+        let grace = Duration::seconds(5);
+        let early = job.fires_due(t0 + Duration::seconds(29), grace);
+        assert!(early.runs.is_empty());
+        assert_eq!(early.next_fire_at, job.next_fire_at);
+        let due = job.fires_due(t0 + Duration::milliseconds(30_002), grace);
+        assert_eq!(due.runs.len(), 1);
+        assert_eq!(due.runs[0].fire_time, t0 + Duration::seconds(30));
+        assert_eq!(due.next_fire_at, Some(t0 + Duration::seconds(60)));
+        let mut paused = job.clone();
+        paused.spec.paused = true;
+        assert!(
+            paused
+                .fires_due(t0 + Duration::hours(1), grace)
+                .runs
+                .is_empty()
+        );
+        let task = job.task_message(&due.runs[0]);
+        assert_eq!(
+            (task.group.as_str(), task.job.as_str()),
+            ("orders", "close")
+        );
+    }
+
+    #[test]
+    fn settings_bounds() {
+        let mut s = spec(every("30s")).settings;
+        s.max_attempts = 0;
+        assert_eq!(s.validate().unwrap_err().field, "max_attempts");
+        s.max_attempts = 5;
+        s.ack_timeout = HumanDuration(std::time::Duration::from_secs(3600));
+        assert_eq!(s.validate().unwrap_err().field, "ack_timeout");
+        s.ack_timeout = HumanDuration(limits::DEFAULT_ACK_TIMEOUT);
+        s.target.group = "no spaces".into();
+        assert_eq!(s.validate().unwrap_err().field, "target.group");
+    }
+
+    #[test]
+    fn payload_limit() {
+        let big = Value::String("x".repeat(100));
+        assert!(validate_payload_size(&big, 50).is_err());
+        assert!(validate_payload_size(&big, 200).is_ok());
+        assert!(validate_payload_text(&serde_json::json!({"k": ["a\u{0}b"]})).is_err());
+        assert!(validate_payload_text(&serde_json::json!({"k": ["ab"]})).is_ok());
+    }
+}

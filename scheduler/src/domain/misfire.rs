@@ -1,0 +1,270 @@
+//! Deciding which fires happen when a job comes due: on time, a little late, or after the
+//! scheduler missed fires (it was down, paused by an outage, or could not reach its store).
+//!
+//! A fire up to `grace` late is simply late and always happens. A job whose oldest due
+//! fire is more than `grace` late has *misfired*, and its policy decides:
+//! - `fire_once` (default): one fire, for the latest missed fire time;
+//! - `skip`: only the fires still within `grace` happen, missed ones are dropped;
+//! - `catch_up`: the latest `catch_up_limit` due fires happen, oldest first.
+//!
+//! In every case the job's next fire time becomes the first schedule point after `now`.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::schedule::Schedule;
+
+/// Upper bound on fires in one plan that is not a catch-up (a timer running late by less
+/// than `grace`); it only guards against absurd configurations.
+const MAX_ON_TIME_FIRES: usize = 10_000;
+
+/// What to do with fires the scheduler missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MisfirePolicy {
+    /// Fire once for all missed fires.
+    #[default]
+    FireOnce,
+    /// Drop missed fires.
+    Skip,
+    /// Fire each missed fire, up to the job's `catch_up_limit` (the latest ones).
+    CatchUp,
+}
+
+impl MisfirePolicy {
+    /// The policy's name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MisfirePolicy::FireOnce => "fire_once",
+            MisfirePolicy::Skip => "skip",
+            MisfirePolicy::CatchUp => "catch_up",
+        }
+    }
+}
+
+/// The fires to record now and the job's next fire time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirePlan {
+    /// Scheduled fire times to record, ascending.
+    pub fire_times: Vec<DateTime<Utc>>,
+    /// The job's next fire time after these (None: the job never fires again).
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// Whether the job had misfired (fires more than `grace` late).
+    pub misfired: bool,
+}
+
+/// Plans the fires of a job whose next fire time is `due` at `now`.
+pub fn plan_fires(
+    schedule: &Schedule,
+    due: DateTime<Utc>,
+    now: DateTime<Utc>,
+    policy: MisfirePolicy,
+    catch_up_limit: u32,
+    grace: Duration,
+) -> FirePlan {
+    if due > now {
+        return FirePlan {
+            fire_times: Vec::new(),
+            next_fire_at: Some(due),
+            misfired: false,
+        };
+    }
+    let next_fire_at = schedule.next_after(due, now);
+    let misfired = due < now - grace;
+    let fire_times = if !misfired {
+        schedule.points_between(due, due, now, MAX_ON_TIME_FIRES)
+    } else {
+        match policy {
+            MisfirePolicy::Skip => {
+                schedule.points_between(due, now - grace, now, MAX_ON_TIME_FIRES)
+            }
+            MisfirePolicy::FireOnce => schedule.latest_points(due, now, 1),
+            MisfirePolicy::CatchUp => {
+                schedule.latest_points(due, now, catch_up_limit.max(1) as usize)
+            }
+        }
+    };
+    FirePlan {
+        fire_times,
+        next_fire_at,
+        misfired,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::schedule::ScheduleSpec;
+    use proptest::prelude::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn every(seconds: i64) -> Schedule {
+        Schedule::Every(Duration::seconds(seconds))
+    }
+
+    fn cron(expr: &str) -> Schedule {
+        Schedule::from_spec(&ScheduleSpec {
+            cron: Some(expr.into()),
+            ..ScheduleSpec::default()
+        })
+        .unwrap()
+    }
+
+    const GRACE: Duration = Duration::seconds(5);
+
+    #[test]
+    fn on_time_fire() {
+        let due = at("2026-11-21T10:00:00Z");
+        let plan = plan_fires(
+            &every(60),
+            due,
+            due + Duration::milliseconds(3),
+            MisfirePolicy::Skip,
+            10,
+            GRACE,
+        );
+        assert_eq!(plan.fire_times, [due]);
+        assert_eq!(plan.next_fire_at, Some(at("2026-11-21T10:01:00Z")));
+        assert!(!plan.misfired);
+    }
+
+    #[test]
+    fn late_within_grace_fires_everything_due() {
+        let due = at("2026-11-21T10:00:00Z");
+        let plan = plan_fires(
+            &every(1),
+            due,
+            due + Duration::milliseconds(2500),
+            MisfirePolicy::Skip,
+            10,
+            GRACE,
+        );
+        assert_eq!(plan.fire_times.len(), 3);
+        assert_eq!(plan.next_fire_at, Some(at("2026-11-21T10:00:03Z")));
+    }
+
+    #[test]
+    fn not_yet_due_is_left_alone() {
+        let due = at("2026-11-21T10:00:00Z");
+        let plan = plan_fires(
+            &every(1),
+            due,
+            due - Duration::seconds(1),
+            MisfirePolicy::FireOnce,
+            10,
+            GRACE,
+        );
+        assert!(plan.fire_times.is_empty());
+        assert_eq!(plan.next_fire_at, Some(due));
+    }
+
+    #[test]
+    fn policies_after_an_outage() {
+        let due = at("2026-11-21T10:00:00Z");
+        let now = at("2026-11-21T10:00:30.500Z");
+        let s = every(1);
+        let fire_once = plan_fires(&s, due, now, MisfirePolicy::FireOnce, 10, GRACE);
+        assert!(fire_once.misfired);
+        assert_eq!(fire_once.fire_times, [at("2026-11-21T10:00:30Z")]);
+        assert_eq!(fire_once.next_fire_at, Some(at("2026-11-21T10:00:31Z")));
+
+        let skip = plan_fires(&s, due, now, MisfirePolicy::Skip, 10, GRACE);
+        assert_eq!(skip.fire_times.first(), Some(&at("2026-11-21T10:00:26Z")));
+        assert_eq!(skip.fire_times.len(), 5, "only fires within grace");
+
+        let catch_up = plan_fires(&s, due, now, MisfirePolicy::CatchUp, 3, GRACE);
+        assert_eq!(
+            catch_up.fire_times,
+            [
+                at("2026-11-21T10:00:28Z"),
+                at("2026-11-21T10:00:29Z"),
+                at("2026-11-21T10:00:30Z")
+            ]
+        );
+        let catch_all = plan_fires(&s, due, now, MisfirePolicy::CatchUp, 1000, GRACE);
+        assert_eq!(catch_all.fire_times.len(), 31);
+    }
+
+    #[test]
+    fn past_one_shot_follows_policy() {
+        let t = at("2026-11-20T10:00:00Z");
+        let now = at("2026-11-21T10:00:00Z");
+        let once = plan_fires(&Schedule::At(t), t, now, MisfirePolicy::FireOnce, 10, GRACE);
+        assert_eq!(once.fire_times, [t]);
+        assert_eq!(once.next_fire_at, None);
+        let skip = plan_fires(&Schedule::At(t), t, now, MisfirePolicy::Skip, 10, GRACE);
+        assert!(skip.fire_times.is_empty());
+        assert_eq!(skip.next_fire_at, None);
+    }
+
+    #[test]
+    fn cron_outage_of_a_month_is_cheap() {
+        let s = cron("* * * * * *");
+        let due = at("2026-10-21T10:00:00Z");
+        let now = at("2026-11-21T10:00:00.200Z");
+        let plan = plan_fires(&s, due, now, MisfirePolicy::CatchUp, 5, GRACE);
+        assert_eq!(plan.fire_times.len(), 5);
+        assert_eq!(plan.fire_times.last(), Some(&at("2026-11-21T10:00:00Z")));
+        assert_eq!(plan.next_fire_at, Some(at("2026-11-21T10:00:01Z")));
+    }
+
+    fn policy() -> impl Strategy<Value = MisfirePolicy> {
+        prop_oneof![
+            Just(MisfirePolicy::FireOnce),
+            Just(MisfirePolicy::Skip),
+            Just(MisfirePolicy::CatchUp)
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn plans_respect_their_contract(
+            interval_s in 1i64..600,
+            late_ms in 0i64..3_600_000,
+            limit in 1u32..50,
+            policy in policy(),
+        ) {
+            let s = every(interval_s);
+            let due = at("2026-11-21T10:00:00Z");
+            let now = due + Duration::milliseconds(late_ms);
+            let plan = plan_fires(&s, due, now, policy, limit, GRACE);
+            prop_assert!(plan.fire_times.windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(plan.fire_times.iter().all(|t| *t >= due && *t <= now));
+            let next = plan.next_fire_at.unwrap();
+            prop_assert!(next > now && next - now <= Duration::seconds(interval_s));
+            prop_assert_eq!(plan.misfired, now - due > GRACE);
+            if plan.misfired {
+                match policy {
+                    MisfirePolicy::FireOnce => prop_assert_eq!(plan.fire_times.len(), 1),
+                    MisfirePolicy::Skip => prop_assert!(plan.fire_times.iter().all(|t| now - *t <= GRACE)),
+                    MisfirePolicy::CatchUp => prop_assert!(plan.fire_times.len() <= limit as usize),
+                }
+            } else {
+                prop_assert!(!plan.fire_times.is_empty());
+            }
+        }
+
+        #[test]
+        fn cron_fire_times_strictly_increase_through_dst(
+            start_h in 0i64..(24 * 366),
+            minute_step in prop::sample::select(vec![1u32, 5, 15, 30]),
+            tz in prop::sample::select(vec!["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC"]),
+        ) {
+            let s = Schedule::from_spec(&ScheduleSpec {
+                cron: Some(format!("0 */{minute_step} * * * *")),
+                timezone: Some(tz.to_string()),
+                ..ScheduleSpec::default()
+            }).unwrap();
+            let mut t = at("2026-01-01T00:00:00Z") + Duration::hours(start_h);
+            for _ in 0..200 {
+                let next = s.next_after(t, t).unwrap();
+                prop_assert!(next > t);
+                prop_assert!(next - t <= Duration::minutes(minute_step as i64));
+                t = next;
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! Chime's domain, free of I/O: schedules and their DST rules, misfire planning, jobs,
+//! runs, and the validation that turns user input into these types.
+
+pub mod cron_schedule;
+pub mod duration;
+pub mod job;
+pub mod misfire;
+pub mod run;
+pub mod schedule;
+pub mod validation;
+
+pub use job::{DeliveryMode, Job, JobFires, JobSettings, JobSpec, OverlapPolicy, Target};
+pub use misfire::{FirePlan, MisfirePolicy, plan_fires};
+pub use run::{Run, RunState, RunTrigger};
+pub use schedule::Schedule;
+pub use validation::FieldError;

@@ -1,0 +1,207 @@
+//! Runs: one fire of a job (one per shard item). A run's id is the task id and the
+//! idempotency key, derived from (job id, scheduled fire time, shard index).
+//!
+//! ```text
+//! scheduled --confirmed--> dispatched --ack--> acked --result--> succeeded
+//!     |  (unconfirmed: re-published)                       \--> failed
+//!     \--------------- ack / result may overtake the confirm ---^
+//! ```
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use chime_consumer::protocol::{manual_run_id, run_id};
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Recorded; the task is not yet confirmed by the broker.
+    Scheduled,
+    /// The broker confirmed the task.
+    Dispatched,
+    /// A consumer received the task and started it.
+    Acked,
+    /// The handler succeeded.
+    Succeeded,
+    /// The handler failed.
+    Failed,
+    /// Given up: attempts exhausted or a permanent failure was dead-lettered.
+    Dead,
+}
+
+impl RunState {
+    /// The state's name in the API and the stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Scheduled => "scheduled",
+            RunState::Dispatched => "dispatched",
+            RunState::Acked => "acked",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Dead => "dead",
+        }
+    }
+
+    /// Parses a stored state name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            RunState::Scheduled,
+            RunState::Dispatched,
+            RunState::Acked,
+            RunState::Succeeded,
+            RunState::Failed,
+            RunState::Dead,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What caused a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunTrigger {
+    /// The job's schedule.
+    Schedule,
+    /// `POST /v1/jobs/{id}/trigger`.
+    Manual,
+}
+
+impl RunTrigger {
+    /// The trigger's name in the API and the stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunTrigger::Schedule => "schedule",
+            RunTrigger::Manual => "manual",
+        }
+    }
+
+    /// Parses a stored trigger name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "schedule" => Some(RunTrigger::Schedule),
+            "manual" => Some(RunTrigger::Manual),
+            _ => None,
+        }
+    }
+}
+
+/// One fire of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// Task id and idempotency key.
+    pub id: Uuid,
+    /// The job.
+    pub job_id: Uuid,
+    /// Scheduled fire time (ms precision).
+    pub fire_time: DateTime<Utc>,
+    /// Shard index.
+    pub shard: u32,
+    /// Shard items of this fire.
+    pub shard_total: u32,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// Current state.
+    pub state: RunState,
+    /// What caused it.
+    pub trigger: RunTrigger,
+    /// The payload sent, frozen when the run was recorded.
+    pub payload: Value,
+    /// When the run was recorded.
+    pub created_at: DateTime<Utc>,
+    /// When the broker confirmed the task.
+    pub dispatched_at: Option<DateTime<Utc>>,
+    /// When a consumer acked it.
+    pub acked_at: Option<DateTime<Utc>>,
+    /// When the handler finished.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Consumer instance that acked or finished it last.
+    pub consumer: Option<String>,
+    /// The handler's output.
+    pub output: Option<Value>,
+    /// Why it failed, or why publishing it did not succeed yet.
+    pub error: Option<String>,
+}
+
+impl Run {
+    /// A new run in state `scheduled` for the fire of `job_id` at `fire_time`.
+    pub fn new(
+        job_id: Uuid,
+        fire_time: DateTime<Utc>,
+        trigger: RunTrigger,
+        payload: Value,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let fire_time = super::schedule::truncate_ms(fire_time);
+        let id = match trigger {
+            RunTrigger::Schedule => run_id(job_id, fire_time, 0),
+            RunTrigger::Manual => manual_run_id(job_id, fire_time),
+        };
+        Self {
+            id,
+            job_id,
+            fire_time,
+            shard: 0,
+            shard_total: 1,
+            attempt: 1,
+            state: RunState::Scheduled,
+            trigger,
+            payload,
+            created_at: super::schedule::truncate_ms(now),
+            dispatched_at: None,
+            acked_at: None,
+            finished_at: None,
+            consumer: None,
+            output: None,
+            error: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_deterministic_per_fire() {
+        let job = Uuid::now_v7();
+        let t: DateTime<Utc> = "2026-11-21T10:00:00.123456Z".parse().unwrap();
+        let a = Run::new(job, t, RunTrigger::Schedule, Value::Null, t);
+        assert_eq!(
+            a.id,
+            Run::new(job, t, RunTrigger::Schedule, Value::Null, t).id
+        );
+        let b = Run::new(job, t, RunTrigger::Manual, Value::Null, t);
+        assert_ne!(
+            a.id, b.id,
+            "a trigger in the same millisecond is a fire of its own"
+        );
+        assert_eq!(a.fire_time.timestamp_subsec_micros(), 123_000);
+    }
+
+    #[test]
+    fn state_names_round_trip() {
+        for s in [
+            "scheduled",
+            "dispatched",
+            "acked",
+            "succeeded",
+            "failed",
+            "dead",
+        ] {
+            assert_eq!(RunState::parse(s).unwrap().as_str(), s);
+        }
+        assert_eq!(RunState::parse("bogus"), None);
+    }
+}
