@@ -1,0 +1,501 @@
+//! The PostgreSQL store: the clustered store. Batches use arrays (`= ANY`, `UNNEST`) so a
+//! fire of many jobs is a handful of statements; instants are `timestamptz`.
+
+use std::{collections::HashSet, time::Duration as StdDuration};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, Utc};
+use serde_json::Value;
+use sqlx::{
+    PgPool, Row,
+    postgres::{PgPoolOptions, PgRow},
+    types::Json,
+};
+use uuid::Uuid;
+
+use chime_consumer::protocol::{
+    AckMessage, PROTOCOL_VERSION, ResultMessage, TaskMessage, TaskOutcome,
+};
+
+use super::{
+    FireBatch, JobPage, ReplyEffect, RunPage, Store, StoreError, corrupt, decode_jobs,
+    job_write_error, plan_batch,
+};
+use crate::domain::{Job, JobSpec, Run, RunState, RunTrigger};
+
+/// Jobs and runs in PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects to `url` and applies migrations.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(StdDuration::from_secs(5))
+            .connect(url)
+            .await?;
+        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+fn job_from_row(row: &PgRow) -> Result<Job, StoreError> {
+    let id: Uuid = row.try_get("id")?;
+    let Json(settings) = row
+        .try_get("settings")
+        .map_err(|e| corrupt(format!("job {id}"), e))?;
+    Ok(Job {
+        id,
+        spec: JobSpec {
+            app: row.try_get("app")?,
+            name: row.try_get("name")?,
+            paused: row.try_get("paused")?,
+            settings,
+        },
+        version: row.try_get("version")?,
+        next_fire_at: row.try_get("next_fire_at")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
+    let id: Uuid = row.try_get("id")?;
+    let what = format!("run {id}");
+    let state: String = row.try_get("state")?;
+    let trigger: String = row.try_get("trigger")?;
+    Ok(Run {
+        id,
+        job_id: row.try_get("job_id")?,
+        fire_time: row.try_get("fire_time")?,
+        shard: row.try_get::<i32, _>("shard")? as u32,
+        shard_total: row.try_get::<i32, _>("shard_total")? as u32,
+        attempt: row.try_get::<i32, _>("attempt")? as u32,
+        state: RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?,
+        trigger: RunTrigger::parse(&trigger)
+            .ok_or_else(|| corrupt(&what, format!("trigger {trigger:?}")))?,
+        payload: row.try_get("payload")?,
+        created_at: row.try_get("created_at")?,
+        dispatched_at: row.try_get("dispatched_at")?,
+        acked_at: row.try_get("acked_at")?,
+        finished_at: row.try_get("finished_at")?,
+        consumer: row.try_get("consumer")?,
+        output: row.try_get("output")?,
+        error: row.try_get("error")?,
+    })
+}
+
+impl PostgresStore {
+    async fn reply_effect(&self, run_id: Uuid, applied: bool) -> Result<ReplyEffect, StoreError> {
+        if applied {
+            return Ok(ReplyEffect::Applied);
+        }
+        let exists = sqlx::query("SELECT 1 FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some();
+        Ok(if exists {
+            ReplyEffect::Stale
+        } else {
+            ReplyEffect::UnknownRun
+        })
+    }
+}
+
+/// Column arrays of a batch of runs, for one `INSERT ... SELECT FROM UNNEST`.
+#[derive(Default)]
+struct RunColumns {
+    id: Vec<Uuid>,
+    job_id: Vec<Uuid>,
+    fire_time: Vec<DateTime<Utc>>,
+    shard: Vec<i32>,
+    shard_total: Vec<i32>,
+    attempt: Vec<i32>,
+    state: Vec<String>,
+    trigger: Vec<String>,
+    payload: Vec<Value>,
+    created_at: Vec<DateTime<Utc>>,
+}
+
+impl RunColumns {
+    fn push(&mut self, run: &Run) {
+        self.id.push(run.id);
+        self.job_id.push(run.job_id);
+        self.fire_time.push(run.fire_time);
+        self.shard.push(run.shard as i32);
+        self.shard_total.push(run.shard_total as i32);
+        self.attempt.push(run.attempt as i32);
+        self.state.push(run.state.as_str().to_string());
+        self.trigger.push(run.trigger.as_str().to_string());
+        self.payload.push(run.payload.clone());
+        self.created_at.push(run.created_at);
+    }
+
+    /// Inserts the runs, skipping ids already recorded; returns the ids inserted.
+    async fn insert(self, conn: &mut sqlx::PgConnection) -> Result<Vec<Uuid>, StoreError> {
+        if self.id.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inserted = sqlx::query_scalar(
+            "INSERT INTO runs (id, job_id, fire_time, shard, shard_total, attempt, state, trigger,
+                               payload, created_at)
+             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[],
+                                  $6::int[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[])
+             ON CONFLICT (id) DO NOTHING
+             RETURNING id",
+        )
+        .bind(self.id)
+        .bind(self.job_id)
+        .bind(self.fire_time)
+        .bind(self.shard)
+        .bind(self.shard_total)
+        .bind(self.attempt)
+        .bind(self.state)
+        .bind(self.trigger)
+        .bind(self.payload)
+        .bind(self.created_at)
+        .fetch_all(conn)
+        .await?;
+        Ok(inserted)
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn insert_job(&self, job: &Job) -> Result<(), StoreError> {
+        let result = sqlx::query(concat!(
+            "INSERT INTO jobs (",
+            job_columns!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ))
+        .bind(job.id)
+        .bind(&job.spec.app)
+        .bind(&job.spec.name)
+        .bind(Json(&job.spec.settings))
+        .bind(job.spec.paused)
+        .bind(job.version)
+        .bind(job.next_fire_at)
+        .bind(job.created_at)
+        .bind(job.updated_at)
+        .execute(&self.pool)
+        .await;
+        result.map(|_| ()).map_err(|e| job_write_error(e, job))
+    }
+
+    async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(job_from_row)
+        .transpose()
+    }
+
+    async fn list_jobs(&self, page: &JobPage) -> Result<Vec<Job>, StoreError> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE ($1::text IS NULL OR app = $1) AND ($2::uuid IS NULL OR id > $2)
+              ORDER BY id LIMIT $3"
+        ))
+        .bind(&page.app)
+        .bind(page.after)
+        .bind(i64::from(page.limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(job_from_row)
+        .collect()
+    }
+
+    async fn update_job(
+        &self,
+        job: &Job,
+        expected_version: i64,
+        set_next_fire: bool,
+    ) -> Result<Job, StoreError> {
+        let updated = sqlx::query(concat!(
+            "UPDATE jobs SET app = $1, name = $2, settings = $3, paused = $4, version = $5,
+                 next_fire_at = CASE WHEN $6 THEN $7 ELSE next_fire_at END, updated_at = $8
+             WHERE id = $9 AND version = $10 RETURNING ",
+            job_columns!()
+        ))
+        .bind(&job.spec.app)
+        .bind(&job.spec.name)
+        .bind(Json(&job.spec.settings))
+        .bind(job.spec.paused)
+        .bind(job.version)
+        .bind(set_next_fire)
+        .bind(job.next_fire_at)
+        .bind(job.updated_at)
+        .bind(job.id)
+        .bind(expected_version)
+        .fetch_optional(&self.pool)
+        .await;
+        match updated {
+            Ok(Some(row)) => return job_from_row(&row),
+            Ok(None) => {}
+            Err(e) => return Err(job_write_error(e, job)),
+        }
+        let current: Option<i64> = sqlx::query_scalar("SELECT version FROM jobs WHERE id = $1")
+            .bind(job.id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Err(match current {
+            None => StoreError::JobNotFound(job.id),
+            Some(current) => StoreError::VersionConflict {
+                id: job.id,
+                expected: expected_version,
+                current,
+            },
+        })
+    }
+
+    async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError> {
+        let deleted = sqlx::query("DELETE FROM jobs WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted == 1)
+    }
+
+    async fn due_jobs(
+        &self,
+        after: (DateTime<Utc>, Uuid),
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, next_fire_at FROM jobs
+             WHERE NOT paused AND next_fire_at IS NOT NULL
+               AND (next_fire_at, id) > ($1, $2) AND next_fire_at < $3
+             ORDER BY next_fire_at, id LIMIT $4",
+        )
+        .bind(after.0)
+        .bind(after.1)
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("id")?, row.try_get("next_fire_at")?)))
+            .collect()
+    }
+
+    async fn fire(
+        &self,
+        job_ids: &[Uuid],
+        now: DateTime<Utc>,
+        grace: Duration,
+    ) -> Result<FireBatch, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let jobs = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE"
+        ))
+        .bind(job_ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let jobs = decode_jobs(&jobs, job_from_row);
+        let plan = plan_batch(job_ids, &jobs, now, grace);
+        let mut batch = plan.batch;
+        let mut columns = RunColumns::default();
+        for (run, _) in &plan.runs {
+            columns.push(run);
+        }
+        let inserted: HashSet<Uuid> = columns.insert(&mut tx).await?.into_iter().collect();
+        batch.recorded = plan
+            .runs
+            .into_iter()
+            .filter(|(run, _)| inserted.contains(&run.id))
+            .map(|(_, task)| task)
+            .collect();
+        if !plan.advance.is_empty() {
+            let (ids, nexts): (Vec<Uuid>, Vec<Option<DateTime<Utc>>>) =
+                plan.advance.into_iter().unzip();
+            sqlx::query(
+                "UPDATE jobs SET next_fire_at = u.next
+                 FROM UNNEST($1::uuid[], $2::timestamptz[]) AS u(id, next)
+                 WHERE jobs.id = u.id",
+            )
+            .bind(ids)
+            .bind(nexts)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(batch)
+    }
+
+    async fn insert_run(&self, run: &Run) -> Result<bool, StoreError> {
+        let mut columns = RunColumns::default();
+        columns.push(run);
+        let mut conn = self.pool.acquire().await?;
+        Ok(!columns.insert(&mut conn).await?.is_empty())
+    }
+
+    async fn mark_dispatched(&self, run_ids: &[Uuid], at: DateTime<Utc>) -> Result<(), StoreError> {
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL
+             WHERE id = ANY($1) AND state = 'scheduled'",
+        )
+        .bind(run_ids)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE runs SET error = $2 WHERE id = $1 AND state = 'scheduled'")
+            .bind(run_id)
+            .bind(reason)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError> {
+        let applied = sqlx::query(
+            "UPDATE runs SET state = 'acked', acked_at = $2, consumer = $3,
+                 dispatched_at = COALESCE(dispatched_at, $2)
+             WHERE id = $1 AND state IN ('scheduled', 'dispatched')",
+        )
+        .bind(ack.task_id)
+        .bind(ack.acked_at)
+        .bind(&ack.consumer)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1;
+        self.reply_effect(ack.task_id, applied).await
+    }
+
+    async fn record_result(&self, result: &ResultMessage) -> Result<ReplyEffect, StoreError> {
+        let (state, output, error) = match &result.outcome {
+            TaskOutcome::Succeeded { output } => (RunState::Succeeded, output.clone(), None),
+            TaskOutcome::Failed { error } => (RunState::Failed, None, Some(error.message.clone())),
+        };
+        let applied = sqlx::query(
+            "UPDATE runs SET state = $2, finished_at = $3, consumer = $4, output = $5, error = $6,
+                 acked_at = COALESCE(acked_at, $3), dispatched_at = COALESCE(dispatched_at, $3)
+             WHERE id = $1 AND state NOT IN ('succeeded', 'dead')",
+        )
+        .bind(result.task_id)
+        .bind(state.as_str())
+        .bind(result.finished_at)
+        .bind(&result.consumer)
+        .bind(output)
+        .bind(error)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1;
+        self.reply_effect(result.task_id, applied).await
+    }
+
+    async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
+        sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(run_from_row)
+        .transpose()
+    }
+
+    async fn list_runs(&self, job_id: Uuid, page: &RunPage) -> Result<Vec<Run>, StoreError> {
+        let (before_time, before_id) = page.before.unzip();
+        sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE job_id = $1
+                AND ($2::timestamptz IS NULL OR (fire_time, id) < ($2, $3::uuid))
+              ORDER BY fire_time DESC, id DESC LIMIT $4"
+        ))
+        .bind(job_id)
+        .bind(before_time)
+        .bind(before_id)
+        .bind(i64::from(page.limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(run_from_row)
+        .collect()
+    }
+
+    async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError> {
+        if run_ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let ids: Vec<Uuid> =
+            sqlx::query_scalar("SELECT id FROM runs WHERE id = ANY($1) AND state = 'scheduled'")
+                .bind(run_ids)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(ids.into_iter().collect())
+    }
+
+    async fn unconfirmed_runs(
+        &self,
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<TaskMessage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT r.id, r.job_id, j.app, j.name, j.settings->'target'->>'group' AS grp,
+                    r.fire_time, r.shard, r.shard_total, r.attempt, r.payload, r.created_at
+             FROM runs r JOIN jobs j ON j.id = r.job_id
+             WHERE r.state = 'scheduled' AND r.created_at < $1
+             ORDER BY r.created_at LIMIT $2",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(TaskMessage {
+                    v: PROTOCOL_VERSION,
+                    task_id: row.try_get("id")?,
+                    job_id: row.try_get("job_id")?,
+                    app: row.try_get("app")?,
+                    job: row.try_get("name")?,
+                    group: row.try_get("grp")?,
+                    fire_time: row.try_get("fire_time")?,
+                    shard: row.try_get::<i32, _>("shard")? as u32,
+                    shard_total: row.try_get::<i32, _>("shard_total")? as u32,
+                    attempt: row.try_get::<i32, _>("attempt")? as u32,
+                    payload: row.try_get("payload")?,
+                    published_at: row.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+}

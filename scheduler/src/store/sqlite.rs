@@ -1,0 +1,529 @@
+//! The SQLite store: the embedded default for a single node. WAL journal, a busy timeout,
+//! and `BEGIN IMMEDIATE` for every write transaction so writers queue instead of failing
+//! with "database is locked". Instants are stored as unix milliseconds.
+
+use std::{collections::HashSet, str::FromStr, time::Duration as StdDuration};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, Utc};
+use serde_json::Value;
+use sqlx::{
+    Executor, Row, Sqlite, SqlitePool,
+    sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    },
+};
+use uuid::Uuid;
+
+use chime_consumer::protocol::{
+    AckMessage, PROTOCOL_VERSION, ResultMessage, TaskMessage, TaskOutcome,
+};
+
+use super::{
+    FireBatch, JobPage, ReplyEffect, RunPage, Store, StoreError, corrupt, decode_jobs,
+    job_write_error, plan_batch,
+};
+use crate::domain::{Job, JobSpec, Run, RunState, RunTrigger};
+
+/// Jobs and runs in a SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url` and applies migrations.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(StdDuration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn opt_ms(t: Option<DateTime<Utc>>) -> Option<i64> {
+    t.map(ms)
+}
+
+fn instant(what: &str, v: i64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp_millis(v).ok_or_else(|| corrupt(what, format!("bad instant {v}")))
+}
+
+fn opt_instant(what: &str, v: Option<i64>) -> Result<Option<DateTime<Utc>>, StoreError> {
+    v.map(|v| instant(what, v)).transpose()
+}
+
+fn uuid(what: &str, text: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|e| corrupt(what, e))
+}
+
+fn json(what: &str, text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt(what, e))
+}
+
+fn job_from_row(row: &SqliteRow) -> Result<Job, StoreError> {
+    let id_text: String = row.try_get("id")?;
+    let what = format!("job {id_text}");
+    let settings: String = row.try_get("settings")?;
+    Ok(Job {
+        id: uuid(&what, &id_text)?,
+        spec: JobSpec {
+            app: row.try_get("app")?,
+            name: row.try_get("name")?,
+            paused: row.try_get("paused")?,
+            settings: serde_json::from_str(&settings).map_err(|e| corrupt(&what, e))?,
+        },
+        version: row.try_get("version")?,
+        next_fire_at: opt_instant(&what, row.try_get("next_fire_at")?)?,
+        created_at: instant(&what, row.try_get("created_at")?)?,
+        updated_at: instant(&what, row.try_get("updated_at")?)?,
+    })
+}
+
+fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
+    let id_text: String = row.try_get("id")?;
+    let what = format!("run {id_text}");
+    let state: String = row.try_get("state")?;
+    let trigger: String = row.try_get("trigger")?;
+    let output: Option<String> = row.try_get("output")?;
+    Ok(Run {
+        id: uuid(&what, &id_text)?,
+        job_id: uuid(&what, &row.try_get::<String, _>("job_id")?)?,
+        fire_time: instant(&what, row.try_get("fire_time")?)?,
+        shard: row.try_get("shard")?,
+        shard_total: row.try_get("shard_total")?,
+        attempt: row.try_get("attempt")?,
+        state: RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?,
+        trigger: RunTrigger::parse(&trigger)
+            .ok_or_else(|| corrupt(&what, format!("trigger {trigger:?}")))?,
+        payload: json(&what, &row.try_get::<String, _>("payload")?)?,
+        created_at: instant(&what, row.try_get("created_at")?)?,
+        dispatched_at: opt_instant(&what, row.try_get("dispatched_at")?)?,
+        acked_at: opt_instant(&what, row.try_get("acked_at")?)?,
+        finished_at: opt_instant(&what, row.try_get("finished_at")?)?,
+        consumer: row.try_get("consumer")?,
+        output: output.map(|o| json(&what, &o)).transpose()?,
+        error: row.try_get("error")?,
+    })
+}
+
+fn settings_text(job: &Job) -> String {
+    serde_json::to_string(&job.spec.settings).expect("job settings serialise")
+}
+
+async fn insert_run<'e, E: Executor<'e, Database = Sqlite>>(
+    executor: E,
+    run: &Run,
+) -> Result<bool, StoreError> {
+    let inserted = sqlx::query(concat!(
+        "INSERT INTO runs (",
+        run_columns!(),
+        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+    ))
+    .bind(run.id.to_string())
+    .bind(run.job_id.to_string())
+    .bind(ms(run.fire_time))
+    .bind(run.shard)
+    .bind(run.shard_total)
+    .bind(run.attempt)
+    .bind(run.state.as_str())
+    .bind(run.trigger.as_str())
+    .bind(run.payload.to_string())
+    .bind(ms(run.created_at))
+    .bind(opt_ms(run.dispatched_at))
+    .bind(opt_ms(run.acked_at))
+    .bind(opt_ms(run.finished_at))
+    .bind(&run.consumer)
+    .bind(run.output.as_ref().map(Value::to_string))
+    .bind(&run.error)
+    .execute(executor)
+    .await?
+    .rows_affected();
+    Ok(inserted == 1)
+}
+
+impl SqliteStore {
+    async fn reply_effect(&self, run_id: Uuid, applied: bool) -> Result<ReplyEffect, StoreError> {
+        if applied {
+            return Ok(ReplyEffect::Applied);
+        }
+        let exists = sqlx::query("SELECT 1 FROM runs WHERE id = ?")
+            .bind(run_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some();
+        Ok(if exists {
+            ReplyEffect::Stale
+        } else {
+            ReplyEffect::UnknownRun
+        })
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn insert_job(&self, job: &Job) -> Result<(), StoreError> {
+        let result = sqlx::query(concat!(
+            "INSERT INTO jobs (",
+            job_columns!(),
+            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        ))
+        .bind(job.id.to_string())
+        .bind(&job.spec.app)
+        .bind(&job.spec.name)
+        .bind(settings_text(job))
+        .bind(job.spec.paused)
+        .bind(job.version)
+        .bind(opt_ms(job.next_fire_at))
+        .bind(ms(job.created_at))
+        .bind(ms(job.updated_at))
+        .execute(&self.pool)
+        .await;
+        result.map(|_| ()).map_err(|e| job_write_error(e, job))
+    }
+
+    async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = ?"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(job_from_row)
+        .transpose()
+    }
+
+    async fn list_jobs(&self, page: &JobPage) -> Result<Vec<Job>, StoreError> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE (?1 IS NULL OR app = ?1) AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        ))
+        .bind(&page.app)
+        .bind(page.after.map(|id| id.to_string()))
+        .bind(page.limit)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(job_from_row)
+        .collect()
+    }
+
+    async fn update_job(
+        &self,
+        job: &Job,
+        expected_version: i64,
+        set_next_fire: bool,
+    ) -> Result<Job, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let updated = sqlx::query(concat!(
+            "UPDATE jobs SET app = ?, name = ?, settings = ?, paused = ?, version = ?, \
+             next_fire_at = CASE WHEN ? THEN ? ELSE next_fire_at END, updated_at = ? \
+             WHERE id = ? AND version = ? RETURNING ",
+            job_columns!()
+        ))
+        .bind(&job.spec.app)
+        .bind(&job.spec.name)
+        .bind(settings_text(job))
+        .bind(job.spec.paused)
+        .bind(job.version)
+        .bind(set_next_fire)
+        .bind(opt_ms(job.next_fire_at))
+        .bind(ms(job.updated_at))
+        .bind(job.id.to_string())
+        .bind(expected_version)
+        .fetch_optional(&mut *tx)
+        .await;
+        let row = match updated {
+            Ok(row) => row,
+            Err(e) => return Err(job_write_error(e, job)),
+        };
+        if let Some(row) = row {
+            let stored = job_from_row(&row)?;
+            tx.commit().await?;
+            return Ok(stored);
+        }
+        let current: Option<i64> = sqlx::query_scalar("SELECT version FROM jobs WHERE id = ?")
+            .bind(job.id.to_string())
+            .fetch_optional(&mut *tx)
+            .await?;
+        Err(match current {
+            None => StoreError::JobNotFound(job.id),
+            Some(current) => StoreError::VersionConflict {
+                id: job.id,
+                expected: expected_version,
+                current,
+            },
+        })
+    }
+
+    async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let deleted = sqlx::query("DELETE FROM jobs WHERE id = ?")
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(deleted == 1)
+    }
+
+    async fn due_jobs(
+        &self,
+        after: (DateTime<Utc>, Uuid),
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, next_fire_at FROM jobs
+             WHERE paused = 0 AND next_fire_at IS NOT NULL
+               AND (next_fire_at, id) > (?, ?) AND next_fire_at < ?
+             ORDER BY next_fire_at, id LIMIT ?",
+        )
+        .bind(ms(after.0))
+        .bind(after.1.to_string())
+        .bind(ms(before))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get("id")?;
+                Ok((
+                    uuid("job", &id)?,
+                    instant("job", row.try_get("next_fire_at")?)?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn fire(
+        &self,
+        job_ids: &[Uuid],
+        now: DateTime<Utc>,
+        grace: Duration,
+    ) -> Result<FireBatch, StoreError> {
+        let ids = serde_json::to_string(&job_ids).expect("uuids serialise");
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let jobs = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
+        ))
+        .bind(ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let jobs = decode_jobs(&jobs, job_from_row);
+        let plan = plan_batch(job_ids, &jobs, now, grace);
+        let mut batch = plan.batch;
+        for (run, task) in plan.runs {
+            if insert_run(&mut *tx, &run).await? {
+                batch.recorded.push(task);
+            }
+        }
+        for (id, next) in plan.advance {
+            sqlx::query("UPDATE jobs SET next_fire_at = ? WHERE id = ?")
+                .bind(opt_ms(next))
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(batch)
+    }
+
+    async fn insert_run(&self, run: &Run) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let inserted = insert_run(&mut *tx, run).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    async fn mark_dispatched(&self, run_ids: &[Uuid], at: DateTime<Utc>) -> Result<(), StoreError> {
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        let ids = serde_json::to_string(&run_ids).expect("uuids serialise");
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query(
+            "UPDATE runs SET state = 'dispatched', dispatched_at = ?, error = NULL
+             WHERE id IN (SELECT value FROM json_each(?)) AND state = 'scheduled'",
+        )
+        .bind(ms(at))
+        .bind(ids)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("UPDATE runs SET error = ? WHERE id = ? AND state = 'scheduled'")
+            .bind(reason)
+            .bind(run_id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let applied = sqlx::query(
+            "UPDATE runs SET state = 'acked', acked_at = ?2, consumer = ?3,
+                 dispatched_at = COALESCE(dispatched_at, ?2)
+             WHERE id = ?1 AND state IN ('scheduled', 'dispatched')",
+        )
+        .bind(ack.task_id.to_string())
+        .bind(ms(ack.acked_at))
+        .bind(&ack.consumer)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        tx.commit().await?;
+        self.reply_effect(ack.task_id, applied).await
+    }
+
+    async fn record_result(&self, result: &ResultMessage) -> Result<ReplyEffect, StoreError> {
+        let (state, output, error) = match &result.outcome {
+            TaskOutcome::Succeeded { output } => (
+                RunState::Succeeded,
+                output.as_ref().map(Value::to_string),
+                None,
+            ),
+            TaskOutcome::Failed { error } => (RunState::Failed, None, Some(error.message.clone())),
+        };
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let applied = sqlx::query(
+            "UPDATE runs SET state = ?2, finished_at = ?3, consumer = ?4, output = ?5, error = ?6,
+                 acked_at = COALESCE(acked_at, ?3), dispatched_at = COALESCE(dispatched_at, ?3)
+             WHERE id = ?1 AND state NOT IN ('succeeded', 'dead')",
+        )
+        .bind(result.task_id.to_string())
+        .bind(state.as_str())
+        .bind(ms(result.finished_at))
+        .bind(&result.consumer)
+        .bind(output)
+        .bind(error)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        tx.commit().await?;
+        self.reply_effect(result.task_id, applied).await
+    }
+
+    async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
+        sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = ?"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(run_from_row)
+        .transpose()
+    }
+
+    async fn list_runs(&self, job_id: Uuid, page: &RunPage) -> Result<Vec<Run>, StoreError> {
+        let (before_time, before_id) = match page.before {
+            Some((t, id)) => (Some(ms(t)), Some(id.to_string())),
+            None => (None, None),
+        };
+        sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE job_id = ?1 AND (?2 IS NULL OR (fire_time, id) < (?2, ?3))
+              ORDER BY fire_time DESC, id DESC LIMIT ?4"
+        ))
+        .bind(job_id.to_string())
+        .bind(before_time)
+        .bind(before_id)
+        .bind(page.limit)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(run_from_row)
+        .collect()
+    }
+
+    async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError> {
+        if run_ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let ids = serde_json::to_string(&run_ids).expect("uuids serialise");
+        let rows: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND state = 'scheduled'",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|id| uuid("run", id)).collect()
+    }
+
+    async fn unconfirmed_runs(
+        &self,
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<TaskMessage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT r.id, r.job_id, j.app, j.name, json_extract(j.settings, '$.target.group') AS grp,
+                    r.fire_time, r.shard, r.shard_total, r.attempt, r.payload, r.created_at
+             FROM runs r JOIN jobs j ON j.id = r.job_id
+             WHERE r.state = 'scheduled' AND r.created_at < ?
+             ORDER BY r.created_at LIMIT ?",
+        )
+        .bind(ms(before))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get("id")?;
+                let what = format!("run {id}");
+                Ok(TaskMessage {
+                    v: PROTOCOL_VERSION,
+                    task_id: uuid(&what, &id)?,
+                    job_id: uuid(&what, &row.try_get::<String, _>("job_id")?)?,
+                    app: row.try_get("app")?,
+                    job: row.try_get("name")?,
+                    group: row.try_get("grp")?,
+                    fire_time: instant(&what, row.try_get("fire_time")?)?,
+                    shard: row.try_get("shard")?,
+                    shard_total: row.try_get("shard_total")?,
+                    attempt: row.try_get("attempt")?,
+                    payload: json(&what, &row.try_get::<String, _>("payload")?)?,
+                    published_at: instant(&what, row.try_get("created_at")?)?,
+                })
+            })
+            .collect()
+    }
+}

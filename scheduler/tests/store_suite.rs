@@ -1,0 +1,577 @@
+//! One store test suite, run against both backends: every case gets a fresh SQLite file
+//! and a fresh PostgreSQL database (PostgreSQL must be running: deploy/local/postgres.sh).
+
+use std::sync::Arc;
+
+use chime_consumer::protocol::{
+    AckMessage, PROTOCOL_VERSION, ResultMessage, TaskError, TaskOutcome,
+};
+use chime_scheduler::{
+    domain::{
+        DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
+        RunTrigger, Schedule, Target, duration::HumanDuration, schedule::ScheduleSpec,
+    },
+    store::{JobPage, ReplyEffect, RunPage, Store, StoreError},
+};
+use chrono::{DateTime, Duration, Utc};
+use serde_json::json;
+use uuid::Uuid;
+
+const GRACE: Duration = Duration::seconds(5);
+
+fn t(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}
+
+fn spec(name: &str, schedule: serde_json::Value) -> JobSpec {
+    let schedule: ScheduleSpec = serde_json::from_value(schedule).unwrap();
+    JobSpec {
+        app: "shop".into(),
+        name: name.into(),
+        paused: false,
+        settings: JobSettings {
+            schedule: Schedule::from_spec(&schedule).unwrap(),
+            target: Target {
+                group: "orders".into(),
+                mode: DeliveryMode::Group,
+            },
+            payload: json!({"note": "héllo ✓", "nested": {"n": [1, 2, 3]}}),
+            ack_timeout: HumanDuration(std::time::Duration::from_secs(30)),
+            max_attempts: 5,
+            misfire: MisfirePolicy::FireOnce,
+            catch_up_limit: 10,
+            overlap: OverlapPolicy::Allow,
+        },
+    }
+}
+
+fn every_second(name: &str, now: DateTime<Utc>) -> Job {
+    Job::new(spec(name, json!({"every": "1s"})), now)
+}
+
+async fn jobs_round_trip_and_names_are_unique(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = Job::new(
+        spec(
+            "close",
+            json!({"cron": "0 */2 * * * *", "timezone": "Asia/Shanghai"}),
+        ),
+        now,
+    );
+    store.insert_job(&job).await.unwrap();
+    assert_eq!(store.get_job(job.id).await.unwrap(), Some(job.clone()));
+    let dup = Job::new(spec("close", json!({"every": "5s"})), now);
+    assert!(matches!(
+        store.insert_job(&dup).await,
+        Err(StoreError::DuplicateName { ref app, ref name }) if app == "shop" && name == "close"
+    ));
+    let mut other_app = dup.clone();
+    other_app.spec.app = "billing".into();
+    store.insert_job(&other_app).await.unwrap();
+    assert_eq!(store.get_job(Uuid::now_v7()).await.unwrap(), None);
+}
+
+async fn job_list_pages_in_creation_order(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut job = every_second(&format!("j{i}"), now);
+        if i == 4 {
+            job.spec.app = "other".into();
+        }
+        store.insert_job(&job).await.unwrap();
+        ids.push(job.id);
+    }
+    let first = store
+        .list_jobs(&JobPage {
+            app: None,
+            after: None,
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.iter().map(|j| j.id).collect::<Vec<_>>(), ids[..2]);
+    let rest = store
+        .list_jobs(&JobPage {
+            app: None,
+            after: Some(ids[1]),
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(rest.iter().map(|j| j.id).collect::<Vec<_>>(), ids[2..]);
+    let shop = store
+        .list_jobs(&JobPage {
+            app: Some("shop".into()),
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(shop.len(), 4);
+}
+
+async fn updates_check_the_version(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    store.insert_job(&job).await.unwrap();
+    store.insert_job(&every_second("b", now)).await.unwrap();
+
+    let mut new_spec = job.spec.clone();
+    new_spec.settings.payload = json!({"v": 2});
+    let updated = job.updated(new_spec, now + Duration::seconds(1));
+    let stored = store.update_job(&updated, 1, false).await.unwrap();
+    assert_eq!(stored.version, 2);
+    assert_eq!(stored.spec.settings.payload, json!({"v": 2}));
+
+    assert!(matches!(
+        store.update_job(&updated, 1, false).await,
+        Err(StoreError::VersionConflict {
+            expected: 1,
+            current: 2,
+            ..
+        })
+    ));
+    let mut renamed = stored.clone();
+    renamed.spec.name = "b".into();
+    renamed.version = 3;
+    assert!(matches!(
+        store.update_job(&renamed, 2, false).await,
+        Err(StoreError::DuplicateName { .. })
+    ));
+    let mut ghost = stored.clone();
+    ghost.id = Uuid::now_v7();
+    assert!(matches!(
+        store.update_job(&ghost, 1, false).await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert_eq!(store.get_job(job.id).await.unwrap().unwrap().version, 2);
+}
+
+async fn update_keeps_next_fire_a_fire_advanced(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    store.insert_job(&job).await.unwrap();
+    let fired_at = now + Duration::milliseconds(1001);
+    store.fire(&[job.id], fired_at, GRACE).await.unwrap();
+    // An API update computed from the job as read before the fire.
+    let mut new_spec = job.spec.clone();
+    new_spec.settings.payload = json!(null);
+    let stored = store
+        .update_job(&job.updated(new_spec, fired_at), 1, false)
+        .await
+        .unwrap();
+    assert_eq!(stored.next_fire_at, Some(now + Duration::seconds(2)));
+    let mut rescheduled = stored.spec.clone();
+    rescheduled.settings.schedule = Schedule::Every(Duration::seconds(60));
+    let moved = store
+        .update_job(&stored.updated(rescheduled, fired_at), 2, true)
+        .await
+        .unwrap();
+    assert_eq!(moved.next_fire_at, Some(t("2026-11-21T10:01:01.001Z")));
+}
+
+async fn delete_removes_job_and_runs(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    store.insert_job(&job).await.unwrap();
+    let batch = store
+        .fire(&[job.id], now + Duration::seconds(1), GRACE)
+        .await
+        .unwrap();
+    let run_id = batch.recorded[0].task_id;
+    assert!(store.delete_job(job.id).await.unwrap());
+    assert!(!store.delete_job(job.id).await.unwrap());
+    assert_eq!(store.get_run(run_id).await.unwrap(), None);
+}
+
+async fn due_jobs_pages_by_time_and_skips_paused(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let a = every_second("a", now);
+    let b = Job::new(spec("b", json!({"every": "2s"})), now);
+    let far = Job::new(spec("far", json!({"every": "1h"})), now);
+    let mut paused = every_second("paused", now);
+    paused.spec.paused = true;
+    for job in [&a, &b, &far, &paused] {
+        store.insert_job(job).await.unwrap();
+    }
+    let horizon = now + Duration::seconds(10);
+    let start = (t("1970-01-01T00:00:00Z"), Uuid::nil());
+    let due = store.due_jobs(start, horizon, 10).await.unwrap();
+    assert_eq!(
+        due,
+        vec![
+            (a.id, now + Duration::seconds(1)),
+            (b.id, now + Duration::seconds(2))
+        ]
+    );
+    let page = store.due_jobs(start, horizon, 1).await.unwrap();
+    assert_eq!(page, vec![(a.id, now + Duration::seconds(1))]);
+    let next = store
+        .due_jobs((page[0].1, page[0].0), horizon, 1)
+        .await
+        .unwrap();
+    assert_eq!(next, vec![(b.id, now + Duration::seconds(2))]);
+}
+
+async fn fire_records_each_fire_once(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    store.insert_job(&job).await.unwrap();
+    let at = now + Duration::milliseconds(1003);
+
+    let batch = store.fire(&[job.id], at, GRACE).await.unwrap();
+    assert_eq!(batch.recorded.len(), 1);
+    let task = &batch.recorded[0];
+    assert_eq!(task.fire_time, now + Duration::seconds(1));
+    assert_eq!(
+        (task.app.as_str(), task.job.as_str(), task.group.as_str()),
+        ("shop", "a", "orders")
+    );
+    assert_eq!(task.payload, job.spec.settings.payload);
+    assert_eq!(
+        batch.next_fire,
+        vec![(job.id, Some(now + Duration::seconds(2)))]
+    );
+
+    let again = store.fire(&[job.id], at, GRACE).await.unwrap();
+    assert!(again.recorded.is_empty(), "not due any more");
+
+    let run = store.get_run(task.task_id).await.unwrap().unwrap();
+    assert_eq!(
+        (run.state, run.attempt, run.trigger),
+        (RunState::Scheduled, 1, RunTrigger::Schedule)
+    );
+    assert_eq!(
+        run.id,
+        chime_consumer::protocol::run_id(job.id, run.fire_time, 0)
+    );
+}
+
+async fn concurrent_fires_of_one_job_record_it_once(store: Arc<dyn Store>) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    store.insert_job(&job).await.unwrap();
+    let at = now + Duration::milliseconds(1500);
+    let fires: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.fire(&[job.id], at, GRACE).await.unwrap() })
+        })
+        .collect();
+    let mut recorded = 0;
+    for fire in fires {
+        recorded += fire.await.unwrap().recorded.len();
+    }
+    assert_eq!(recorded, 1);
+    let runs = store
+        .list_runs(
+            job.id,
+            &RunPage {
+                before: None,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+}
+
+async fn fire_applies_the_misfire_policy(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut catch_up = every_second("catch-up", now);
+    catch_up.spec.settings.misfire = MisfirePolicy::CatchUp;
+    catch_up.spec.settings.catch_up_limit = 3;
+    let skip = {
+        let mut j = every_second("skip", now);
+        j.spec.settings.misfire = MisfirePolicy::Skip;
+        j
+    };
+    let once = every_second("once", now);
+    for job in [&catch_up, &skip, &once] {
+        store.insert_job(job).await.unwrap();
+    }
+    let later = now + Duration::seconds(60) + Duration::milliseconds(500);
+    let batch = store
+        .fire(&[catch_up.id, skip.id, once.id], later, GRACE)
+        .await
+        .unwrap();
+    let count = |id: Uuid| batch.recorded.iter().filter(|t| t.job_id == id).count();
+    assert_eq!(count(catch_up.id), 3);
+    assert_eq!(count(once.id), 1);
+    assert_eq!(count(skip.id), 5, "only fires within the grace period");
+    assert_eq!(batch.misfired.len(), 3);
+    for (_, next) in &batch.next_fire {
+        assert_eq!(*next, Some(now + Duration::seconds(61)));
+    }
+}
+
+async fn fire_ignores_paused_and_deleted_jobs(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut paused = every_second("p", now);
+    paused.spec.paused = true;
+    store.insert_job(&paused).await.unwrap();
+    let gone = Uuid::now_v7();
+    let batch = store
+        .fire(&[paused.id, gone], now + Duration::seconds(3), GRACE)
+        .await
+        .unwrap();
+    assert!(batch.recorded.is_empty());
+    assert!(batch.next_fire.contains(&(paused.id, None)));
+    assert!(batch.next_fire.contains(&(gone, None)));
+}
+
+async fn one_shot_fires_once_and_finishes(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = Job::new(spec("once", json!({"at": "2026-11-21T10:00:05Z"})), now);
+    store.insert_job(&job).await.unwrap();
+    let batch = store
+        .fire(&[job.id], now + Duration::seconds(5), GRACE)
+        .await
+        .unwrap();
+    assert_eq!(batch.recorded.len(), 1);
+    assert_eq!(batch.next_fire, vec![(job.id, None)]);
+    assert_eq!(
+        store.get_job(job.id).await.unwrap().unwrap().next_fire_at,
+        None
+    );
+    assert!(
+        store
+            .fire(&[job.id], now + Duration::seconds(6), GRACE)
+            .await
+            .unwrap()
+            .recorded
+            .is_empty()
+    );
+}
+
+async fn replies_move_runs_through_their_states(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    store.insert_job(&job).await.unwrap();
+    let batch = store
+        .fire(&[job.id], now + Duration::seconds(2), GRACE)
+        .await
+        .unwrap();
+    let (first, second) = (batch.recorded[0].task_id, batch.recorded[1].task_id);
+
+    store
+        .mark_dispatched(&[first], now + Duration::seconds(2))
+        .await
+        .unwrap();
+    let ack = AckMessage {
+        v: PROTOCOL_VERSION,
+        task_id: first,
+        attempt: 1,
+        consumer: "worker-1".into(),
+        acked_at: now + Duration::seconds(3),
+    };
+    assert_eq!(store.record_ack(&ack).await.unwrap(), ReplyEffect::Applied);
+    assert_eq!(store.record_ack(&ack).await.unwrap(), ReplyEffect::Stale);
+    let result = ResultMessage {
+        v: PROTOCOL_VERSION,
+        task_id: first,
+        attempt: 1,
+        consumer: "worker-1".into(),
+        finished_at: now + Duration::seconds(4),
+        replayed: false,
+        outcome: TaskOutcome::Succeeded {
+            output: Some(json!({"closed": 3})),
+        },
+    };
+    assert_eq!(
+        store.record_result(&result).await.unwrap(),
+        ReplyEffect::Applied
+    );
+    let run = store.get_run(first).await.unwrap().unwrap();
+    assert_eq!(run.state, RunState::Succeeded);
+    assert_eq!(run.dispatched_at, Some(now + Duration::seconds(2)));
+    assert_eq!(run.acked_at, Some(now + Duration::seconds(3)));
+    assert_eq!(run.finished_at, Some(now + Duration::seconds(4)));
+    assert_eq!(run.consumer.as_deref(), Some("worker-1"));
+    assert_eq!(run.output, Some(json!({"closed": 3})));
+    let failed_late = ResultMessage {
+        outcome: TaskOutcome::Failed {
+            error: TaskError {
+                message: "late".into(),
+                retryable: false,
+                retry_after_ms: None,
+            },
+        },
+        ..result.clone()
+    };
+    assert_eq!(
+        store.record_result(&failed_late).await.unwrap(),
+        ReplyEffect::Stale
+    );
+
+    // A result may overtake the broker's confirm: the run still records every timestamp.
+    let failed = ResultMessage {
+        task_id: second,
+        ..failed_late
+    };
+    assert_eq!(
+        store.record_result(&failed).await.unwrap(),
+        ReplyEffect::Applied
+    );
+    store
+        .mark_dispatched(&[second], now + Duration::seconds(9))
+        .await
+        .unwrap();
+    let run = store.get_run(second).await.unwrap().unwrap();
+    assert_eq!(run.state, RunState::Failed);
+    assert_eq!(run.error.as_deref(), Some("late"));
+    assert_eq!(run.dispatched_at, Some(now + Duration::seconds(4)));
+
+    let unknown = AckMessage {
+        task_id: Uuid::now_v7(),
+        ..ack
+    };
+    assert_eq!(
+        store.record_ack(&unknown).await.unwrap(),
+        ReplyEffect::UnknownRun
+    );
+}
+
+async fn runs_page_newest_first(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut job = every_second("a", now);
+    job.spec.settings.misfire = MisfirePolicy::CatchUp;
+    store.insert_job(&job).await.unwrap();
+    store
+        .fire(&[job.id], now + Duration::seconds(5), Duration::seconds(10))
+        .await
+        .unwrap();
+    let page = store
+        .list_runs(
+            job.id,
+            &RunPage {
+                before: None,
+                limit: 2,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        page.iter().map(|r| r.fire_time).collect::<Vec<_>>(),
+        [now + Duration::seconds(5), now + Duration::seconds(4)]
+    );
+    let last = page.last().unwrap();
+    let rest = store
+        .list_runs(
+            job.id,
+            &RunPage {
+                before: Some((last.fire_time, last.id)),
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 3);
+    assert_eq!(rest[0].fire_time, now + Duration::seconds(3));
+}
+
+async fn manual_runs_and_unconfirmed_runs(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    store.insert_job(&job).await.unwrap();
+    let manual = Run::new(job.id, now, RunTrigger::Manual, json!({"m": 1}), now);
+    assert!(store.insert_run(&manual).await.unwrap());
+    assert!(
+        !store.insert_run(&manual).await.unwrap(),
+        "same fire, same id"
+    );
+    let batch = store
+        .fire(&[job.id], now + Duration::seconds(1), GRACE)
+        .await
+        .unwrap();
+    store
+        .mark_dispatched(&[batch.recorded[0].task_id], now)
+        .await
+        .unwrap();
+    store
+        .note_publish_failure(manual.id, "unroutable: NO_ROUTE")
+        .await
+        .unwrap();
+
+    let still = store
+        .scheduled_runs(&[manual.id, batch.recorded[0].task_id, Uuid::now_v7()])
+        .await
+        .unwrap();
+    assert_eq!(still, [manual.id].into_iter().collect());
+    let pending = store
+        .unconfirmed_runs(now + Duration::seconds(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].task_id, manual.id);
+    assert_eq!(pending[0].group, "orders");
+    assert_eq!(pending[0].payload, json!({"m": 1}));
+    assert!(
+        store.unconfirmed_runs(now, 10).await.unwrap().is_empty(),
+        "too recent"
+    );
+    let run = store.get_run(manual.id).await.unwrap().unwrap();
+    assert_eq!(run.error.as_deref(), Some("unroutable: NO_ROUTE"));
+    assert_eq!(run.trigger, RunTrigger::Manual);
+}
+
+macro_rules! store_suite {
+    (shared: [$($shared:ident),* $(,)?], borrowed: [$($name:ident),* $(,)?]) => {
+        mod sqlite {
+            use chime_scheduler::store::{self, testing::TestDatabase};
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let db = TestDatabase::sqlite();
+                    let store = store::open(db.url()).await.unwrap();
+                    super::$name(store.as_ref()).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $shared() {
+                    let db = TestDatabase::sqlite();
+                    super::$shared(store::open(db.url()).await.unwrap()).await;
+                }
+            )*
+        }
+        mod postgres {
+            use chime_scheduler::store::{self, testing::TestDatabase};
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let db = TestDatabase::postgres().await;
+                    let store = store::open(db.url()).await.unwrap();
+                    super::$name(store.as_ref()).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $shared() {
+                    let db = TestDatabase::postgres().await;
+                    super::$shared(store::open(db.url()).await.unwrap()).await;
+                }
+            )*
+        }
+    };
+}
+
+store_suite!(
+    shared: [concurrent_fires_of_one_job_record_it_once],
+    borrowed: [
+        jobs_round_trip_and_names_are_unique,
+        job_list_pages_in_creation_order,
+        updates_check_the_version,
+        update_keeps_next_fire_a_fire_advanced,
+        delete_removes_job_and_runs,
+        due_jobs_pages_by_time_and_skips_paused,
+        fire_records_each_fire_once,
+        fire_applies_the_misfire_policy,
+        fire_ignores_paused_and_deleted_jobs,
+        one_shot_fires_once_and_finishes,
+        replies_move_runs_through_their_states,
+        runs_page_newest_first,
+        manual_runs_and_unconfirmed_runs,
+    ]
+);
