@@ -1,0 +1,104 @@
+//! Reading request bodies and query strings into typed values, with errors that name the
+//! offending field.
+
+use axum::body::Body;
+use serde::de::DeserializeOwned;
+
+use super::error::{ApiError, ErrorCode};
+
+/// Reads a body of at most `limit` bytes.
+pub async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("request body is over the limit of {limit} bytes"),
+        )
+    })
+}
+
+/// Parses JSON into `T`; a type error names the field's dotted path.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            ApiError::new(
+                ErrorCode::InvalidJson,
+                format!("request body is not valid JSON: {inner}"),
+            )
+        } else {
+            field_error(&path, &inner.to_string())
+        }
+    })
+}
+
+/// Deserializes an already-parsed JSON value into `T`, naming the field on error.
+pub fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        field_error(&path, &e.into_inner().to_string())
+    })
+}
+
+fn field_error(path: &str, message: &str) -> ApiError {
+    let parent = if path == "." { "" } else { path };
+    // serde reports a missing field at its parent; name the field itself.
+    let field = match backticked(message, "missing field `") {
+        Some(name) if parent.is_empty() => name.to_string(),
+        Some(name) => format!("{parent}.{name}"),
+        None => parent.to_string(),
+    };
+    let field = if field.is_empty() {
+        "body".to_string()
+    } else {
+        field
+    };
+    ApiError::field(ErrorCode::InvalidField, field, message.to_string())
+}
+
+fn backticked<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
+    let rest = message.strip_prefix(prefix)?;
+    rest.split('`').next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        name: String,
+        inner: Inner,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        group: String,
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = parse_json::<Outer>(br#"{"name": "x", "inner": {}}"#).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("inner.group"));
+        let err = parse_json::<Outer>(br#"{"inner": {"group": "g"}}"#).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("name"));
+        let err = parse_json::<Outer>(br#"{"name": 5, "inner": {"group": "g"}}"#).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("name"));
+        let err = parse_json::<Outer>(br#"{"name": "x", "inner": {"group": "g", "mode": 1}}"#)
+            .unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("inner.mode"));
+        assert!(
+            err.message.contains("unknown field `mode`"),
+            "{}",
+            err.message
+        );
+        let err = parse_json::<Outer>(b"{not json").unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidJson);
+    }
+}

@@ -1,0 +1,457 @@
+//! The API's JSON shapes: what a client sends to create or change a job, and how jobs and
+//! runs are returned. Field names and meanings are the public surface in the design brief.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::error::{ApiError, ErrorCode};
+use crate::domain::{
+    DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, Schedule, Target,
+    duration::HumanDuration,
+    job::{limits, validate_name, validate_payload_size, validate_payload_text},
+    schedule::ScheduleSpec,
+};
+
+/// A job as a client writes it (`POST /v1/jobs`, and the fields `PATCH` may replace).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// Namespace, default `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
+    /// Unique within the app.
+    pub name: String,
+    /// One of `{"cron", "timezone"}`, `{"every"}`, `{"at"}`.
+    pub schedule: ScheduleSpec,
+    /// Consumer group and delivery mode.
+    pub target: TargetRequest,
+    /// JSON handed to the handler, default null.
+    #[serde(default)]
+    pub payload: Value,
+    /// Default `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_timeout: Option<String>,
+    /// Default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// `fire_once` (default), `skip` or `catch_up`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire: Option<String>,
+    /// Most missed fires `catch_up` replays, default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_limit: Option<u32>,
+    /// `allow` (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<String>,
+    /// Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+/// A target as a client writes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetRequest {
+    /// Consumer group.
+    pub group: String,
+    /// Delivery mode, default `group`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+impl JobRequest {
+    /// The request that would recreate `spec`.
+    pub fn from_spec(spec: &JobSpec) -> Self {
+        let s = &spec.settings;
+        Self {
+            app: Some(spec.app.clone()),
+            name: spec.name.clone(),
+            schedule: s.schedule.to_spec(),
+            target: TargetRequest {
+                group: s.target.group.clone(),
+                mode: Some(mode_name(s.target.mode).to_string()),
+            },
+            payload: s.payload.clone(),
+            ack_timeout: Some(s.ack_timeout.to_string()),
+            max_attempts: Some(s.max_attempts),
+            misfire: Some(s.misfire.as_str().to_string()),
+            catch_up_limit: Some(s.catch_up_limit),
+            overlap: Some("allow".to_string()),
+            paused: Some(spec.paused),
+        }
+    }
+
+    /// Validates the request into a job definition.
+    pub fn into_spec(self, payload_limit: usize) -> Result<JobSpec, ApiError> {
+        let app = self.app.unwrap_or_else(|| limits::DEFAULT_APP.to_string());
+        validate_name("app", &app)?;
+        validate_name("name", &self.name)?;
+        let schedule = Schedule::from_spec(&self.schedule)?;
+        validate_payload_text(&self.payload)?;
+        validate_payload_size(&self.payload, payload_limit)
+            .map_err(|e| ApiError::field(ErrorCode::PayloadTooLarge, e.field, e.message))?;
+        let ack_timeout = match self.ack_timeout {
+            Some(text) => HumanDuration::parse(&text)
+                .map_err(|m| ApiError::field(ErrorCode::InvalidField, "ack_timeout", m))?,
+            None => HumanDuration(limits::DEFAULT_ACK_TIMEOUT),
+        };
+        let settings = JobSettings {
+            schedule,
+            target: Target {
+                group: self.target.group,
+                mode: parse_mode(self.target.mode.as_deref())?,
+            },
+            payload: self.payload,
+            ack_timeout,
+            max_attempts: self.max_attempts.unwrap_or(limits::DEFAULT_MAX_ATTEMPTS),
+            misfire: parse_misfire(self.misfire.as_deref())?,
+            catch_up_limit: self
+                .catch_up_limit
+                .unwrap_or(limits::DEFAULT_CATCH_UP_LIMIT),
+            overlap: parse_overlap(self.overlap.as_deref())?,
+        };
+        settings.validate()?;
+        Ok(JobSpec {
+            app,
+            name: self.name,
+            paused: self.paused.unwrap_or(false),
+            settings,
+        })
+    }
+}
+
+fn mode_name(mode: DeliveryMode) -> &'static str {
+    match mode {
+        DeliveryMode::Group => "group",
+    }
+}
+
+fn parse_mode(mode: Option<&str>) -> Result<DeliveryMode, ApiError> {
+    match mode {
+        None | Some("group") => Ok(DeliveryMode::Group),
+        Some(m @ ("broadcast" | "zone" | "sharded")) => Err(ApiError::field(
+            ErrorCode::Unsupported,
+            "target.mode",
+            format!("delivery mode {m:?} is not available in this version; use \"group\""),
+        )),
+        Some(other) => Err(ApiError::field(
+            ErrorCode::InvalidField,
+            "target.mode",
+            format!(
+                "unknown delivery mode {other:?}: use \"group\", \"broadcast\", \"zone\" or \"sharded\""
+            ),
+        )),
+    }
+}
+
+fn parse_misfire(policy: Option<&str>) -> Result<MisfirePolicy, ApiError> {
+    match policy {
+        None | Some("fire_once") => Ok(MisfirePolicy::FireOnce),
+        Some("skip") => Ok(MisfirePolicy::Skip),
+        Some("catch_up") => Ok(MisfirePolicy::CatchUp),
+        Some(other) => Err(ApiError::field(
+            ErrorCode::InvalidField,
+            "misfire",
+            format!(
+                "unknown misfire policy {other:?}: use \"fire_once\", \"skip\" or \"catch_up\""
+            ),
+        )),
+    }
+}
+
+fn parse_overlap(policy: Option<&str>) -> Result<OverlapPolicy, ApiError> {
+    match policy {
+        None | Some("allow") => Ok(OverlapPolicy::Allow),
+        Some("forbid") => Err(ApiError::field(
+            ErrorCode::Unsupported,
+            "overlap",
+            "overlap policy \"forbid\" is not available in this version; use \"allow\"",
+        )),
+        Some(other) => Err(ApiError::field(
+            ErrorCode::InvalidField,
+            "overlap",
+            format!("unknown overlap policy {other:?}: use \"allow\" or \"forbid\""),
+        )),
+    }
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn timestamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A job as the API returns it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobResponse {
+    /// Id.
+    pub id: Uuid,
+    /// The definition, as it would be written.
+    #[serde(flatten)]
+    pub spec: JobResponseSpec,
+    /// Version, for `PATCH`.
+    pub version: i64,
+    /// Next scheduled fire (null: none).
+    pub next_fire_at: Option<String>,
+    /// Creation time.
+    pub created_at: String,
+    /// Last change.
+    pub updated_at: String,
+}
+
+/// The definition fields of a returned job, every default filled in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobResponseSpec {
+    /// App.
+    pub app: String,
+    /// Name.
+    pub name: String,
+    /// Schedule.
+    pub schedule: ScheduleSpec,
+    /// Target.
+    pub target: Target,
+    /// Payload.
+    pub payload: Value,
+    /// Ack timeout.
+    pub ack_timeout: String,
+    /// Max attempts.
+    pub max_attempts: u32,
+    /// Misfire policy.
+    pub misfire: MisfirePolicy,
+    /// Catch-up bound.
+    pub catch_up_limit: u32,
+    /// Overlap policy.
+    pub overlap: OverlapPolicy,
+    /// Paused.
+    pub paused: bool,
+}
+
+impl From<&Job> for JobResponse {
+    fn from(job: &Job) -> Self {
+        let s = &job.spec.settings;
+        Self {
+            id: job.id,
+            spec: JobResponseSpec {
+                app: job.spec.app.clone(),
+                name: job.spec.name.clone(),
+                schedule: s.schedule.to_spec(),
+                target: s.target.clone(),
+                payload: s.payload.clone(),
+                ack_timeout: s.ack_timeout.to_string(),
+                max_attempts: s.max_attempts,
+                misfire: s.misfire,
+                catch_up_limit: s.catch_up_limit,
+                overlap: s.overlap,
+                paused: job.spec.paused,
+            },
+            version: job.version,
+            next_fire_at: job.next_fire_at.map(timestamp),
+            created_at: timestamp(job.created_at),
+            updated_at: timestamp(job.updated_at),
+        }
+    }
+}
+
+/// A run as the API returns it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunResponse {
+    /// Run id: the task id and idempotency key.
+    pub id: Uuid,
+    /// The job.
+    pub job_id: Uuid,
+    /// Scheduled fire time.
+    pub fire_time: String,
+    /// Shard index.
+    pub shard: u32,
+    /// Shard items of the fire.
+    pub shard_total: u32,
+    /// Delivery attempt.
+    pub attempt: u32,
+    /// State.
+    pub state: crate::domain::RunState,
+    /// `schedule` or `manual`.
+    pub trigger: crate::domain::RunTrigger,
+    /// Payload sent.
+    pub payload: Value,
+    /// When recorded.
+    pub created_at: String,
+    /// When the broker confirmed the task.
+    pub dispatched_at: Option<String>,
+    /// When a consumer acked it.
+    pub acked_at: Option<String>,
+    /// When the handler finished.
+    pub finished_at: Option<String>,
+    /// Consumer instance.
+    pub consumer: Option<String>,
+    /// Handler output.
+    pub output: Option<Value>,
+    /// Failure reason, or why publishing is pending.
+    pub error: Option<String>,
+}
+
+impl From<&Run> for RunResponse {
+    fn from(run: &Run) -> Self {
+        Self {
+            id: run.id,
+            job_id: run.job_id,
+            fire_time: timestamp(run.fire_time),
+            shard: run.shard,
+            shard_total: run.shard_total,
+            attempt: run.attempt,
+            state: run.state,
+            trigger: run.trigger,
+            payload: run.payload.clone(),
+            created_at: timestamp(run.created_at),
+            dispatched_at: run.dispatched_at.map(timestamp),
+            acked_at: run.acked_at.map(timestamp),
+            finished_at: run.finished_at.map(timestamp),
+            consumer: run.consumer.clone(),
+            output: run.output.clone(),
+            error: run.error.clone(),
+        }
+    }
+}
+
+/// A page of a list.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ListResponse<T> {
+    /// This page.
+    pub items: Vec<T>,
+    /// Cursor of the next page; null on the last.
+    pub next: Option<String>,
+}
+
+/// Query parameters of list endpoints.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Page size.
+    pub limit: Option<u32>,
+    /// The previous page's `next`.
+    pub cursor: Option<String>,
+    /// Only jobs of this app (job list only).
+    pub app: Option<String>,
+}
+
+impl ListQuery {
+    /// The page size: default 100, at most 1000.
+    pub fn limit(&self) -> Result<u32, ApiError> {
+        match self.limit {
+            None => Ok(100),
+            Some(n @ 1..=1000) => Ok(n),
+            Some(n) => Err(ApiError::field(
+                ErrorCode::InvalidField,
+                "limit",
+                format!("limit {n} is out of range: use 1 to 1000"),
+            )),
+        }
+    }
+}
+
+/// The cursor after a run: `<fire time ms>_<run id>`.
+pub fn run_cursor(run: &Run) -> String {
+    format!("{}_{}", run.fire_time.timestamp_millis(), run.id)
+}
+
+/// Parses a run cursor.
+pub fn parse_run_cursor(cursor: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
+    let bad = || {
+        ApiError::field(
+            ErrorCode::InvalidField,
+            "cursor",
+            format!("invalid cursor {cursor:?}"),
+        )
+    };
+    let (ms, id) = cursor.split_once('_').ok_or_else(bad)?;
+    let at = ms
+        .parse()
+        .ok()
+        .and_then(DateTime::from_timestamp_millis)
+        .ok_or_else(bad)?;
+    Ok((at, Uuid::parse_str(id).map_err(|_| bad())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(json: Value) -> Result<JobSpec, ApiError> {
+        serde_json::from_value::<JobRequest>(json)
+            .unwrap()
+            .into_spec(1024)
+    }
+
+    #[test]
+    fn brief_example_is_accepted_with_defaults() {
+        let spec = request(json!({
+            "app": "shop", "name": "close-expired-orders",
+            "schedule": {"cron": "0 */2 * * * *", "timezone": "Asia/Shanghai"},
+            "target": {"group": "orders", "mode": "group"},
+            "payload": {"older_than_min": 30},
+            "ack_timeout": "30s", "max_attempts": 5, "misfire": "fire_once", "overlap": "allow", "paused": false
+        }))
+        .unwrap();
+        assert_eq!(spec.app, "shop");
+        let minimal =
+            request(json!({"name": "n", "schedule": {"every": "1m"}, "target": {"group": "g"}}))
+                .unwrap();
+        assert_eq!(minimal.app, "default");
+        assert_eq!(minimal.settings.max_attempts, 5);
+        assert_eq!(
+            JobRequest::from_spec(&minimal).into_spec(1024).unwrap(),
+            minimal
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let base = || json!({"name": "n", "schedule": {"every": "1m"}, "target": {"group": "g"}});
+        let with = |k: &str, v: Value| {
+            let mut j = base();
+            j[k] = v;
+            request(j).unwrap_err()
+        };
+        assert_eq!(
+            with("misfire", json!("later")).field.as_deref(),
+            Some("misfire")
+        );
+        assert_eq!(
+            with("ack_timeout", json!("forever")).field.as_deref(),
+            Some("ack_timeout")
+        );
+        assert_eq!(
+            with("name", json!("has space")).field.as_deref(),
+            Some("name")
+        );
+        let big = with("payload", json!("x".repeat(2000)));
+        assert_eq!(
+            (big.code, big.field.as_deref()),
+            (ErrorCode::PayloadTooLarge, Some("payload"))
+        );
+        let mode = with("target", json!({"group": "g", "mode": "broadcast"}));
+        assert_eq!(
+            (mode.code, mode.field.as_deref()),
+            (ErrorCode::Unsupported, Some("target.mode"))
+        );
+        let mode = with("target", json!({"group": "g", "mode": "everyone"}));
+        assert_eq!(mode.code, ErrorCode::InvalidField);
+    }
+
+    #[test]
+    fn run_cursor_round_trips() {
+        let run = Run::new(
+            Uuid::now_v7(),
+            Utc::now(),
+            crate::domain::RunTrigger::Manual,
+            Value::Null,
+            Utc::now(),
+        );
+        assert_eq!(
+            parse_run_cursor(&run_cursor(&run)).unwrap(),
+            (run.fire_time, run.id)
+        );
+        assert!(parse_run_cursor("nope").is_err());
+    }
+}

@@ -1,0 +1,185 @@
+//! The API's one error type: a code that maps to an HTTP status and the JSON error body
+//! `{"error": {"code": "...", "message": "...", "field": "..."}}`. Database details are
+//! logged, never sent to clients.
+
+use axum::{
+    Json,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+use tracing::error;
+
+use crate::{domain::FieldError, store::StoreError};
+
+/// Machine-readable error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The body is not JSON.
+    InvalidJson,
+    /// A field is missing, unknown or invalid.
+    InvalidField,
+    /// A valid request for something this version does not do.
+    Unsupported,
+    /// The payload or body is over the limit.
+    PayloadTooLarge,
+    /// No such job, run or route.
+    NotFound,
+    /// The method does not apply to the route.
+    MethodNotAllowed,
+    /// Another job has this app and name.
+    DuplicateName,
+    /// The job changed since the version the client named.
+    VersionConflict,
+    /// A dependency (the database) is unavailable; retry later.
+    Unavailable,
+    /// A bug or an unexpected failure.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status of this code.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::InvalidJson | ErrorCode::InvalidField | ErrorCode::Unsupported => {
+                StatusCode::BAD_REQUEST
+            }
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::DuplicateName | ErrorCode::VersionConflict => StatusCode::CONFLICT,
+            ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// An API error response.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApiError {
+    /// What kind of error.
+    pub code: ErrorCode,
+    /// What went wrong, for a human.
+    pub message: String,
+    /// The request field at fault, as a dotted path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    /// An error without a field.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// An error about `field`.
+    pub fn field(code: ErrorCode, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            field: Some(field.into()),
+        }
+    }
+
+    /// No job with this id.
+    pub fn job_not_found(id: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("no job with id {id:?}"))
+    }
+}
+
+impl From<FieldError> for ApiError {
+    fn from(e: FieldError) -> Self {
+        Self::field(ErrorCode::InvalidField, e.field, e.message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::DuplicateName { app, name } => Self::field(
+                ErrorCode::DuplicateName,
+                "name",
+                format!("a job named {name:?} already exists in app {app:?}"),
+            ),
+            StoreError::JobNotFound(id) => Self::job_not_found(&id.to_string()),
+            StoreError::VersionConflict {
+                expected, current, ..
+            } => Self::field(
+                ErrorCode::VersionConflict,
+                "version",
+                format!("the job is at version {current}, not {expected}: read it again and retry"),
+            ),
+            StoreError::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
+            ) => {
+                error!(error = %e, "database unavailable");
+                Self::new(
+                    ErrorCode::Unavailable,
+                    "the database is unavailable; retry later",
+                )
+            }
+            other => {
+                error!(error = %other, "store failure");
+                Self::new(ErrorCode::Internal, "internal error; see the server log")
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: &'a ApiError,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.code.status(), Json(Body { error: &self })).into_response();
+        if self.code == ErrorCode::PayloadTooLarge {
+            // The rest of an oversized body is never read, so the connection cannot carry
+            // another request; saying so stops clients from reusing it and failing.
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_codes() {
+        let dup: ApiError = StoreError::DuplicateName {
+            app: "a".into(),
+            name: "n".into(),
+        }
+        .into();
+        assert_eq!(
+            (dup.code.status(), dup.field.as_deref()),
+            (StatusCode::CONFLICT, Some("name"))
+        );
+        let conflict: ApiError = StoreError::VersionConflict {
+            id: uuid::Uuid::nil(),
+            expected: 1,
+            current: 2,
+        }
+        .into();
+        assert_eq!(conflict.code, ErrorCode::VersionConflict);
+        let down: ApiError = StoreError::Database(sqlx::Error::PoolTimedOut).into();
+        assert_eq!(down.code.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let bug: ApiError = StoreError::Corrupt {
+            what: "x".into(),
+            reason: "secret detail".into(),
+        }
+        .into();
+        assert!(!bug.message.contains("secret"));
+    }
+}

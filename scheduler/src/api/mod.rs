@@ -1,0 +1,111 @@
+//! The HTTP API under `/v1` (jobs and runs), health checks and `/metrics`. Handlers
+//! validate input into domain types, call the store, and tell the timer and dispatcher.
+//! Every error is JSON (see [`error`]).
+
+pub mod body;
+pub mod dto;
+pub mod error;
+mod health;
+mod jobs;
+mod runs;
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    extract::DefaultBodyLimit,
+    routing::{get, post},
+};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tracing::warn;
+
+use crate::{
+    broker::GroupDeclarer, dispatch::DispatchHandle, domain::Job, store::Store, timer::TimerHandle,
+};
+use error::{ApiError, ErrorCode};
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    timer: TimerHandle,
+    dispatch: DispatchHandle,
+    declarer: GroupDeclarer,
+    payload_limit: usize,
+    metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// State over a store, the timer and dispatcher handles, a queue declarer, the payload
+    /// limit (bytes of JSON) and the metrics recorder to render.
+    pub fn new(
+        store: Arc<dyn Store>,
+        timer: TimerHandle,
+        dispatch: DispatchHandle,
+        declarer: GroupDeclarer,
+        payload_limit: usize,
+        metrics: PrometheusHandle,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                timer,
+                dispatch,
+                declarer,
+                payload_limit,
+                metrics,
+            }),
+        }
+    }
+
+    fn store(&self) -> &dyn Store {
+        self.inner.store.as_ref()
+    }
+
+    /// The largest request body: the payload limit plus room for the other fields.
+    fn body_limit(&self) -> usize {
+        self.inner.payload_limit * 2 + 64 * 1024
+    }
+
+    /// Declares the job's work queue so its tasks wait in RabbitMQ while no consumer runs.
+    /// A broker outage does not fail the request: the dispatcher declares again before the
+    /// first publish.
+    async fn declare_target(&self, job: &Job) {
+        let group = &job.spec.settings.target.group;
+        if let Err(error) = self.inner.declarer.declare(group).await {
+            warn!(%error, group, job = %job.id, "could not declare the job's queue now; the dispatcher will");
+        }
+    }
+}
+
+/// The API router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/jobs", post(jobs::create).get(jobs::list))
+        .route(
+            "/v1/jobs/{id}",
+            get(jobs::get).patch(jobs::patch).delete(jobs::delete),
+        )
+        .route("/v1/jobs/{id}/pause", post(jobs::pause))
+        .route("/v1/jobs/{id}/resume", post(jobs::resume))
+        .route("/v1/jobs/{id}/trigger", post(jobs::trigger))
+        .route("/v1/jobs/{id}/runs", get(runs::list))
+        .route("/v1/runs/{id}", get(runs::get))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "method not allowed on this route",
+            )
+        })
+        // Bodies are read with the state's own limit, which answers in JSON.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}

@@ -1,0 +1,233 @@
+//! `chimectl`: the command-line client of the HTTP API. Commands write to an injected
+//! writer (tables by default, the API's JSON with `--json`), so tests can run them.
+
+mod client;
+mod job_args;
+mod table;
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::api::dto::{JobResponse, ListResponse, RunResponse};
+pub use client::{Client, ClientError};
+use job_args::AddArgs;
+
+/// Chime command-line client.
+#[derive(Debug, Parser)]
+#[command(name = "chimectl", version, about)]
+pub struct Cli {
+    /// chimed's HTTP address.
+    #[arg(
+        long,
+        global = true,
+        env = "CHIME_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub server: String,
+    /// Print the API's JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, list, inspect and control jobs.
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// Inspect runs (fires) of jobs.
+    #[command(subcommand)]
+    Run(RunCommand),
+}
+
+/// `chimectl job ...`. JOB is a job id, `app/name`, or a name in app `default`.
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Create a job from flags or a JSON file.
+    Add(Box<AddArgs>),
+    /// List jobs.
+    Ls {
+        /// Only jobs of this app.
+        #[arg(long)]
+        app: Option<String>,
+        /// At most this many (all by default).
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Show one job.
+    Get {
+        /// The job.
+        job: String,
+    },
+    /// Delete a job and its run history.
+    Rm {
+        /// The job.
+        job: String,
+    },
+    /// Stop a job firing.
+    Pause {
+        /// The job.
+        job: String,
+    },
+    /// Let a paused job fire again, from its next scheduled time.
+    Resume {
+        /// The job.
+        job: String,
+    },
+    /// Fire a job now.
+    Trigger {
+        /// The job.
+        job: String,
+    },
+}
+
+/// `chimectl run ...`.
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// List a job's runs, newest first.
+    Ls {
+        /// The job.
+        job: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Show one run.
+    Get {
+        /// The run id.
+        run: String,
+    },
+}
+
+/// Runs `cli`, writing output to `out`.
+pub async fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
+    let client = Client::new(&cli.server)?;
+    let json = cli.json;
+    match cli.command {
+        Command::Job(command) => job(&client, command, json, out).await,
+        Command::Run(command) => runs(&client, command, json, out).await,
+    }
+}
+
+async fn job(
+    client: &Client,
+    command: JobCommand,
+    json: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    match command {
+        JobCommand::Add(args) => {
+            let body = args.to_request()?;
+            let job: JobResponse = client.post("/v1/jobs", Some(&body)).await?;
+            print_jobs(out, json, &[job], true)
+        }
+        JobCommand::Ls { app, limit } => {
+            let jobs = client.all_jobs(app.as_deref(), limit).await?;
+            if json {
+                return write_json(
+                    out,
+                    &ListResponse {
+                        items: jobs,
+                        next: None,
+                    },
+                );
+            }
+            print_jobs(out, false, &jobs, false)
+        }
+        JobCommand::Get { job } => {
+            let id = client.resolve_job(&job).await?;
+            let job: JobResponse = client.get(&format!("/v1/jobs/{id}")).await?;
+            print_jobs(out, json, &[job], true)
+        }
+        JobCommand::Rm { job } => {
+            let id = client.resolve_job(&job).await?;
+            client.delete(&format!("/v1/jobs/{id}")).await?;
+            if json {
+                write_json(out, &serde_json::json!({"deleted": id}))
+            } else {
+                writeln!(out, "deleted job {id}").context("writing output")
+            }
+        }
+        JobCommand::Pause { job } => control(client, &job, "pause", json, out).await,
+        JobCommand::Resume { job } => control(client, &job, "resume", json, out).await,
+        JobCommand::Trigger { job } => {
+            let id = client.resolve_job(&job).await?;
+            let run: RunResponse = client.post(&format!("/v1/jobs/{id}/trigger"), None).await?;
+            if json {
+                write_json(out, &run)
+            } else {
+                writeln!(out, "triggered job {id}: run {} ({})", run.id, run.state)
+                    .context("writing output")
+            }
+        }
+    }
+}
+
+async fn control(
+    client: &Client,
+    job: &str,
+    action: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let id = client.resolve_job(job).await?;
+    let job: JobResponse = client
+        .post(&format!("/v1/jobs/{id}/{action}"), None)
+        .await?;
+    print_jobs(out, json, &[job], false)
+}
+
+async fn runs(
+    client: &Client,
+    command: RunCommand,
+    json: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    match command {
+        RunCommand::Ls { job, limit } => {
+            let id = client.resolve_job(&job).await?;
+            let page: ListResponse<RunResponse> = client
+                .get(&format!("/v1/jobs/{id}/runs?limit={limit}"))
+                .await?;
+            if json {
+                write_json(out, &page)
+            } else {
+                write!(out, "{}", table::runs(&page.items)).context("writing output")
+            }
+        }
+        RunCommand::Get { run } => {
+            let run: RunResponse = client.get(&format!("/v1/runs/{run}")).await?;
+            if json {
+                write_json(out, &run)
+            } else {
+                write!(out, "{}", table::run_detail(&run)).context("writing output")
+            }
+        }
+    }
+}
+
+fn print_jobs(
+    out: &mut dyn Write,
+    json: bool,
+    jobs: &[JobResponse],
+    detail: bool,
+) -> anyhow::Result<()> {
+    match (json, jobs) {
+        (true, [job]) => write_json(out, job),
+        (true, jobs) => write_json(out, &jobs),
+        (false, [job]) if detail => {
+            write!(out, "{}", table::job_detail(job)).context("writing output")
+        }
+        (false, jobs) => write!(out, "{}", table::jobs(jobs)).context("writing output"),
+    }
+}
+
+fn write_json(out: &mut dyn Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value).context("encoding JSON")?;
+    writeln!(out, "{text}").context("writing output")
+}

@@ -1,0 +1,445 @@
+//! `chimed`'s configuration: one struct, every field with a documented default, layered as
+//! defaults < TOML file (`--config`) < `CHIME_*` environment < command-line flags.
+//! [`SETTINGS`] is the one list of keys, environment variables and defaults.
+
+use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
+
+use crate::domain::duration::HumanDuration;
+
+/// One configuration key.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// Key in the TOML file.
+    pub key: &'static str,
+    /// Environment variable.
+    pub env: &'static str,
+    /// Default value, as text.
+    pub default: &'static str,
+    /// What it does.
+    pub doc: &'static str,
+}
+
+/// Every setting `chimed` reads.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        key: "database_url",
+        env: "CHIME_DATABASE_URL",
+        default: "sqlite://chime.db",
+        doc: "store: sqlite://FILE (single node, created if missing) or postgres://USER:PASS@HOST/DB",
+    },
+    Setting {
+        key: "amqp_url",
+        env: "CHIME_AMQP_URL",
+        default: "amqp://guest:guest@127.0.0.1:5672/%2f",
+        doc: "RabbitMQ connection URL",
+    },
+    Setting {
+        key: "http_addr",
+        env: "CHIME_HTTP_ADDR",
+        default: "127.0.0.1:8080",
+        doc: "address of the HTTP API, /metrics and health checks",
+    },
+    Setting {
+        key: "payload_limit",
+        env: "CHIME_PAYLOAD_LIMIT",
+        default: "256KiB",
+        doc: "largest job payload (JSON bytes); accepts B, KiB, MiB",
+    },
+    Setting {
+        key: "lookahead",
+        env: "CHIME_LOOKAHEAD",
+        default: "30s",
+        doc: "how far ahead the timer holds due jobs in memory",
+    },
+    Setting {
+        key: "misfire_grace",
+        env: "CHIME_MISFIRE_GRACE",
+        default: "5s",
+        doc: "a fire later than this counts as missed and follows the job's misfire policy",
+    },
+    Setting {
+        key: "republish_after",
+        env: "CHIME_REPUBLISH_AFTER",
+        default: "10s",
+        doc: "publish a recorded run again when the broker has not confirmed it after this long",
+    },
+    Setting {
+        key: "shutdown_timeout",
+        env: "CHIME_SHUTDOWN_TIMEOUT",
+        default: "10s",
+        doc: "how long shutdown waits for in-flight publishes to be confirmed",
+    },
+    Setting {
+        key: "log_format",
+        env: "CHIME_LOG_FORMAT",
+        default: "text",
+        doc: "log format: text or json",
+    },
+    Setting {
+        key: "log",
+        env: "CHIME_LOG",
+        default: "info",
+        doc: "log filter, RUST_LOG syntax (e.g. info,chime_scheduler=debug)",
+    },
+];
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `chimed`'s configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Store URL. Default `sqlite://chime.db`.
+    pub database_url: String,
+    /// RabbitMQ URL. Default `amqp://guest:guest@127.0.0.1:5672/%2f`.
+    pub amqp_url: String,
+    /// HTTP listen address. Default `127.0.0.1:8080`.
+    pub http_addr: SocketAddr,
+    /// Largest job payload in bytes of JSON. Default 256 KiB.
+    pub payload_limit: usize,
+    /// Timer look-ahead window. Default 30 s.
+    pub lookahead: Duration,
+    /// Lateness past which a fire counts as missed. Default 5 s.
+    pub misfire_grace: Duration,
+    /// Age at which an unconfirmed run is published again. Default 10 s.
+    pub republish_after: Duration,
+    /// Shutdown's wait for in-flight publishes. Default 10 s.
+    pub shutdown_timeout: Duration,
+    /// Log format. Default text.
+    pub log_format: LogFormat,
+    /// Log filter. Default `info`.
+    pub log: String,
+}
+
+/// A configuration problem, naming the key and where its value came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("config file {path} is not valid TOML: {reason}")]
+    Toml {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A key nobody reads.
+    #[error("unknown config key {key:?} in {path}{}", suggestion.map(|s| format!(" (did you mean {s:?}?)")).unwrap_or_default())]
+    UnknownKey {
+        /// The file.
+        path: String,
+        /// The key.
+        key: String,
+        /// The closest known key.
+        suggestion: Option<&'static str>,
+    },
+    /// A value that does not parse or is out of range.
+    #[error("invalid {key} {value:?} (from {origin}): {reason}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// The value.
+        value: String,
+        /// Where it came from.
+        origin: Source,
+        /// Why it is invalid.
+        reason: String,
+    },
+}
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// The config file.
+    File(String),
+    /// An environment variable.
+    Env(&'static str),
+    /// A command-line flag.
+    Flag,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(path) => write!(f, "file {path}"),
+            Source::Env(var) => write!(f, "environment {var}"),
+            Source::Flag => f.write_str("command line"),
+        }
+    }
+}
+
+/// Values collected from the layers, later ones winning.
+#[derive(Debug, Clone, Default)]
+pub struct Layers {
+    values: BTreeMap<&'static str, (String, Source)>,
+}
+
+impl Layers {
+    /// Starts from the defaults.
+    pub fn new() -> Self {
+        let mut layers = Self::default();
+        for s in SETTINGS {
+            layers
+                .values
+                .insert(s.key, (s.default.to_string(), Source::Default));
+        }
+        layers
+    }
+
+    /// Applies a TOML file.
+    pub fn file(mut self, path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        self.apply_toml(&text, &shown)?;
+        Ok(self)
+    }
+
+    fn apply_toml(&mut self, text: &str, path: &str) -> Result<(), ConfigError> {
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Toml {
+                path: path.to_string(),
+                reason: e.to_string(),
+            })?;
+        for (key, value) in table {
+            let Some(setting) = SETTINGS.iter().find(|s| s.key == key) else {
+                return Err(ConfigError::UnknownKey {
+                    path: path.to_string(),
+                    suggestion: closest_key(&key),
+                    key,
+                });
+            };
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                other => other.to_string(),
+            };
+            self.values
+                .insert(setting.key, (text, Source::File(path.to_string())));
+        }
+        Ok(())
+    }
+
+    /// Applies `CHIME_*` variables from `lookup` (the process environment in `chimed`).
+    pub fn env(mut self, lookup: impl Fn(&str) -> Option<String>) -> Self {
+        for s in SETTINGS {
+            if let Some(value) = lookup(s.env).filter(|v| !v.is_empty()) {
+                self.values.insert(s.key, (value, Source::Env(s.env)));
+            }
+        }
+        self
+    }
+
+    /// Applies a command-line flag for `key` when given.
+    pub fn flag(mut self, key: &'static str, value: Option<&str>) -> Self {
+        debug_assert!(SETTINGS.iter().any(|s| s.key == key), "unknown key {key}");
+        if let Some(value) = value {
+            self.values.insert(key, (value.to_string(), Source::Flag));
+        }
+        self
+    }
+
+    /// Parses and validates the merged values.
+    pub fn build(self) -> Result<Config, ConfigError> {
+        let get = |key: &'static str| self.values.get(key).expect("every key has a default");
+        let parse = |key: &'static str| -> Parsed<'_> {
+            let (value, source) = get(key);
+            Parsed { key, value, source }
+        };
+        let config = Config {
+            database_url: parse("database_url").text(),
+            amqp_url: parse("amqp_url").text(),
+            http_addr: parse("http_addr")
+                .with(|v| v.parse::<SocketAddr>().map_err(|e| e.to_string()))?,
+            payload_limit: parse("payload_limit").with(parse_size)?,
+            lookahead: parse("lookahead").duration()?,
+            misfire_grace: parse("misfire_grace").duration()?,
+            republish_after: parse("republish_after").duration()?,
+            shutdown_timeout: parse("shutdown_timeout").duration()?,
+            log_format: parse("log_format").with(|v| match v {
+                "text" => Ok(LogFormat::Text),
+                "json" => Ok(LogFormat::Json),
+                _ => Err("use text or json".to_string()),
+            })?,
+            log: parse("log").text(),
+        };
+        parse("payload_limit").check(
+            (1024..=16 * 1024 * 1024).contains(&config.payload_limit),
+            "use 1KiB to 16MiB",
+        )?;
+        parse("lookahead").check(
+            config.lookahead >= Duration::from_secs(1),
+            "use at least 1s",
+        )?;
+        parse("republish_after").check(
+            config.republish_after >= Duration::from_secs(1),
+            "use at least 1s",
+        )?;
+        Ok(config)
+    }
+}
+
+struct Parsed<'a> {
+    key: &'static str,
+    value: &'a str,
+    source: &'a Source,
+}
+
+impl Parsed<'_> {
+    fn text(&self) -> String {
+        self.value.to_string()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&str) -> Result<T, String>) -> Result<T, ConfigError> {
+        f(self.value.trim()).map_err(|reason| self.invalid(reason))
+    }
+
+    fn duration(&self) -> Result<Duration, ConfigError> {
+        self.with(|v| HumanDuration::parse(v).map(HumanDuration::get))
+    }
+
+    fn check(&self, ok: bool, reason: &str) -> Result<(), ConfigError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(self.invalid(reason.to_string()))
+        }
+    }
+
+    fn invalid(&self, reason: String) -> ConfigError {
+        ConfigError::Invalid {
+            key: self.key,
+            value: self.value.to_string(),
+            origin: self.source.clone(),
+            reason,
+        }
+    }
+}
+
+/// Parses `262144`, `256KiB`, `1MiB`, `512B` (KB/MB are read as KiB/MiB).
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("expected a size like 262144 or 256KiB, got {text:?}"))?;
+    let factor = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "kb" | "k" => 1024,
+        "mib" | "mb" | "m" => 1024 * 1024,
+        other => return Err(format!("unknown size unit {other:?}: use B, KiB or MiB")),
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("size {text:?} is too large"))
+}
+
+fn closest_key(key: &str) -> Option<&'static str> {
+    SETTINGS
+        .iter()
+        .map(|s| (s.key, strsim::jaro_winkler(key, s.key)))
+        .filter(|(_, score)| *score > 0.8)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(k, _)| k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_match_the_public_surface() {
+        let config = Layers::new().env(no_env).build().unwrap();
+        assert_eq!(config.database_url, "sqlite://chime.db");
+        assert_eq!(config.amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f");
+        assert_eq!(config.http_addr, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.payload_limit, 256 * 1024);
+        assert_eq!(config.misfire_grace, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn flags_override_env_override_file() {
+        let mut layers = Layers::new();
+        layers
+            .apply_toml("http_addr = \"0.0.0.0:1\"\ndatabase_url = \"sqlite://file.db\"\npayload_limit = 2048", "chime.toml")
+            .unwrap();
+        let env = |var: &str| match var {
+            "CHIME_HTTP_ADDR" => Some("0.0.0.0:2".to_string()),
+            "CHIME_LOOKAHEAD" => Some("1m".to_string()),
+            _ => None,
+        };
+        let config = layers
+            .env(env)
+            .flag("http_addr", Some("0.0.0.0:3"))
+            .build()
+            .unwrap();
+        assert_eq!(config.http_addr.port(), 3);
+        assert_eq!(config.database_url, "sqlite://file.db");
+        assert_eq!(config.lookahead, Duration::from_secs(60));
+        assert_eq!(config.payload_limit, 2048);
+    }
+
+    #[test]
+    fn unknown_keys_get_a_suggestion() {
+        let err = Layers::new()
+            .apply_toml("databse_url = \"x\"", "c.toml")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown config key \"databse_url\" in c.toml (did you mean \"database_url\"?)"
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_key_and_source() {
+        let env = |var: &str| (var == "CHIME_MISFIRE_GRACE").then(|| "soon".to_string());
+        let err = Layers::new().env(env).build().unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "invalid misfire_grace \"soon\" (from environment CHIME_MISFIRE_GRACE)"
+            ),
+            "{err}"
+        );
+        let err = Layers::new()
+            .flag("payload_limit", Some("1B"))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("use 1KiB to 16MiB"), "{err}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256KiB"), Ok(262_144));
+        assert_eq!(parse_size("1MiB"), Ok(1_048_576));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("1GiB").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+}

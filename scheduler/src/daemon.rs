@@ -1,0 +1,158 @@
+//! `chimed` assembled: opens the store, starts the dispatcher, timer, reconciler, result
+//! collector and HTTP API, and stops them in order on shutdown — stop taking work, stop
+//! firing, publish and confirm what was already recorded, then close.
+
+use std::future::Future;
+
+use anyhow::Context;
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::{
+    api::{self, AppState},
+    broker::GroupDeclarer,
+    config::Config,
+    dispatch::Dispatcher,
+    reconcile::Reconciler,
+    results::ResultCollector,
+    store, telemetry,
+    timer::{Timer, TimerSettings},
+};
+
+/// Runs `chimed` with `config` until `shutdown` completes, then shuts down gracefully.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let store = store::open(&config.database_url)
+        .await
+        .with_context(|| format!("opening the store at {}", redact(&config.database_url)))?;
+    info!(backend = store.backend(), "store ready");
+    let listener = TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("listening on {}", config.http_addr))?;
+    let metrics = telemetry::metrics_handle();
+
+    let (dispatch, dispatcher) = Dispatcher::new(store.clone(), &config.amqp_url);
+    let (timer_handle, timer) = Timer::new(
+        store.clone(),
+        dispatch.clone(),
+        TimerSettings {
+            lookahead: config.lookahead,
+            misfire_grace: config.misfire_grace,
+        },
+    );
+    let reconciler = Reconciler::new(store.clone(), dispatch.clone(), config.republish_after);
+    let collector = ResultCollector::new(store.clone(), &config.amqp_url);
+    let state = AppState::new(
+        store.clone(),
+        timer_handle,
+        dispatch,
+        GroupDeclarer::new(&config.amqp_url),
+        config.payload_limit,
+        metrics,
+    );
+
+    // Each core task has the token that asks it to stop; a task that ends before being
+    // asked (a panic, a bug) trips `fatal`, and chimed shuts down and exits non-zero so an
+    // orchestrator restarts it, rather than live on without firing.
+    let intake = CancellationToken::new();
+    let drain = CancellationToken::new();
+    let collecting = CancellationToken::new();
+    let fatal = CancellationToken::new();
+    let dispatcher = supervise(
+        "dispatcher",
+        dispatcher.run(drain.clone(), config.shutdown_timeout),
+        &drain,
+        &fatal,
+    );
+    let collector = supervise(
+        "result collector",
+        collector.run(collecting.clone()),
+        &collecting,
+        &fatal,
+    );
+    let timer = supervise("timer", timer.run(intake.clone()), &intake, &fatal);
+    let reconciler = supervise(
+        "reconciler",
+        reconciler.run(intake.clone()),
+        &intake,
+        &fatal,
+    );
+    let http_stop = intake.clone();
+    let http = supervise(
+        "http server",
+        async move {
+            if let Err(error) = axum::serve(listener, api::router(state))
+                .with_graceful_shutdown(async move { http_stop.cancelled().await })
+                .await
+            {
+                warn!(%error, "http server stopped with an error");
+            }
+        },
+        &intake,
+        &fatal,
+    );
+    info!(http = %config.http_addr, "chimed started");
+
+    tokio::select! {
+        () = shutdown => info!("shutting down: no new fires"),
+        () = fatal.cancelled() => error!("a core task stopped; shutting down"),
+    }
+    intake.cancel();
+    let _ = tokio::join!(timer, reconciler, http);
+    info!("confirming in-flight publishes");
+    drain.cancel();
+    let _ = dispatcher.await;
+    collecting.cancel();
+    let _ = collector.await;
+    drop(store);
+    if fatal.is_cancelled() {
+        anyhow::bail!("chimed stopped because a core task ended unexpectedly; see the log");
+    }
+    info!("chimed stopped");
+    Ok(())
+}
+
+/// Runs a core task; if it ends before `stop` was cancelled, logs why and cancels `fatal`.
+fn supervise(
+    name: &'static str,
+    task: impl Future<Output = ()> + Send + 'static,
+    stop: &CancellationToken,
+    fatal: &CancellationToken,
+) -> JoinHandle<()> {
+    let (stop, fatal) = (stop.clone(), fatal.clone());
+    tokio::spawn(async move {
+        let outcome = tokio::spawn(task).await;
+        if !stop.is_cancelled() {
+            match outcome {
+                Err(error) if error.is_panic() => error!(task = name, %error, "core task panicked"),
+                _ => error!(task = name, "core task ended unexpectedly"),
+            }
+            fatal.cancel();
+        }
+    })
+}
+
+/// The URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn hides_passwords() {
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("sqlite://chime.db"), "sqlite://chime.db");
+    }
+}

@@ -1,0 +1,222 @@
+//! One pipelined batch: withdraw tasks that went stale while waiting, declare new groups,
+//! publish every task, await all confirms, then record the outcome of each.
+
+use std::{collections::HashSet, time::Duration};
+
+use chrono::Utc;
+use futures_util::future::join_all;
+use lapin::{BasicProperties, Channel, Confirmation, options::BasicPublishOptions};
+use tracing::{error, warn};
+use uuid::Uuid;
+
+use chime_consumer::protocol::topology;
+
+use super::{CONFIRM_TIMEOUT, Dispatcher, MAX_BATCH, Outgoing};
+use crate::telemetry;
+
+/// A task that waited in memory longer than this is checked against the store before it
+/// is published: its job may have been deleted, or the reconciler's copy may be of a run
+/// already confirmed.
+const RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// Why a batch stopped early, and which of its tasks go back to the queue.
+pub(super) struct Broken {
+    pub(super) reason: String,
+    pub(super) retry: HashSet<Uuid>,
+}
+
+impl Dispatcher {
+    /// Publishes up to [`MAX_BATCH`] pending tasks. Err means the channel is unusable; the
+    /// tasks not confirmed are back at the front of `pending`.
+    pub(super) async fn publish_next_batch(&mut self, channel: &Channel) -> Result<(), String> {
+        let take = self.pending.len().min(MAX_BATCH);
+        let batch: Vec<Outgoing> = self.pending.drain(..take).collect();
+        let mut batch = self.withdraw_stale(batch).await;
+        let result = self.publish(channel, &mut batch).await;
+        let retry = match &result {
+            Ok(()) => HashSet::new(),
+            Err(broken) => broken.retry.clone(),
+        };
+        for outgoing in batch.into_iter().rev() {
+            if retry.contains(&outgoing.task.task_id) {
+                self.pending.push_front(outgoing);
+            } else {
+                self.queued.remove(&outgoing.task.task_id);
+            }
+        }
+        metrics::gauge!(telemetry::DISPATCH_PENDING).set(self.pending.len() as f64);
+        result.map_err(|broken| broken.reason)
+    }
+
+    /// Drops tasks whose runs are no longer `scheduled` (confirmed meanwhile, or their job
+    /// deleted). Only tasks that waited, or came from the reconciler, are checked, so the
+    /// fresh fires of the hot path cost no extra query.
+    async fn withdraw_stale(&mut self, batch: Vec<Outgoing>) -> Vec<Outgoing> {
+        let suspect: Vec<Uuid> = batch
+            .iter()
+            .filter(|o| !o.first || o.since.elapsed() > RECHECK_AFTER)
+            .map(|o| o.task.task_id)
+            .collect();
+        if suspect.is_empty() {
+            return batch;
+        }
+        let still = match self.store.scheduled_runs(&suspect).await {
+            Ok(still) => still,
+            Err(error) => {
+                // Publishing anyway is safe: at worst a duplicate, absorbed by idempotency.
+                warn!(%error, "cannot check waiting tasks against the store; publishing them");
+                return batch;
+            }
+        };
+        let suspect: HashSet<Uuid> = suspect.into_iter().collect();
+        let (keep, stale): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|o| !suspect.contains(&o.task.task_id) || still.contains(&o.task.task_id));
+        for outgoing in &stale {
+            self.queued.remove(&outgoing.task.task_id);
+        }
+        if !stale.is_empty() {
+            metrics::counter!(telemetry::DISPATCH_WITHDRAWN).increment(stale.len() as u64);
+        }
+        keep
+    }
+
+    async fn publish(&mut self, channel: &Channel, batch: &mut [Outgoing]) -> Result<(), Broken> {
+        self.declare_groups(channel, batch).await?;
+        let published_at = Utc::now();
+        for outgoing in batch.iter_mut() {
+            outgoing.task.published_at = published_at;
+        }
+        let batch = &*batch;
+        let mut confirms = Vec::with_capacity(batch.len());
+        for outgoing in batch {
+            let task = &outgoing.task;
+            let properties = BasicProperties::default()
+                .with_content_type("application/json".into())
+                .with_delivery_mode(2)
+                .with_message_id(task.task_id.to_string().into())
+                .with_timestamp(published_at.timestamp() as u64)
+                .with_app_id("chimed".into());
+            let confirm = channel
+                .basic_publish(
+                    topology::TASK_EXCHANGE.into(),
+                    task.group.as_str().into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
+                    &task.to_vec(),
+                    properties,
+                )
+                .await
+                .map_err(|e| Broken {
+                    reason: format!("publishing: {e}"),
+                    retry: ids(batch),
+                })?;
+            confirms.push(confirm);
+        }
+        let outcomes = tokio::time::timeout(CONFIRM_TIMEOUT, join_all(confirms))
+            .await
+            .map_err(|_| Broken {
+                reason: format!("no confirms within {CONFIRM_TIMEOUT:?}"),
+                retry: ids(batch),
+            })?;
+
+        let mut confirmed = Vec::with_capacity(batch.len());
+        let mut broken: Option<Broken> = None;
+        for (outgoing, outcome) in batch.iter().zip(outcomes) {
+            let task = &outgoing.task;
+            match outcome {
+                Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => {
+                    confirmed.push(task.task_id);
+                    metrics::counter!(telemetry::PUBLISHES, "outcome" => "confirmed").increment(1);
+                    if outgoing.first {
+                        let lateness = (published_at - task.fire_time)
+                            .num_microseconds()
+                            .unwrap_or(0);
+                        metrics::histogram!(telemetry::FIRE_LATENESS)
+                            .record(lateness.max(0) as f64 / 1e6);
+                    }
+                }
+                Ok(Confirmation::Ack(Some(returned))) => {
+                    let reason = format!(
+                        "unroutable: {} (no queue bound for group {:?})",
+                        returned.reply_text, task.group
+                    );
+                    warn!(run_id = %task.task_id, group = %task.group, "task unroutable; will publish again");
+                    metrics::counter!(telemetry::PUBLISHES, "outcome" => "unroutable").increment(1);
+                    // Someone deleted the queue: declare it again before the next publish.
+                    self.declared.remove(&task.group);
+                    self.note_failure(task.task_id, &reason).await;
+                }
+                Ok(Confirmation::Nack(_)) => {
+                    warn!(run_id = %task.task_id, "broker nacked the task; will publish again");
+                    metrics::counter!(telemetry::PUBLISHES, "outcome" => "nacked").increment(1);
+                    self.note_failure(task.task_id, "nacked by the broker")
+                        .await;
+                }
+                Err(error) => {
+                    metrics::counter!(telemetry::PUBLISHES, "outcome" => "failed").increment(1);
+                    let broken = broken.get_or_insert_with(|| Broken {
+                        reason: error.to_string(),
+                        retry: HashSet::new(),
+                    });
+                    broken.retry.insert(task.task_id);
+                }
+            }
+        }
+        if !confirmed.is_empty()
+            && let Err(error) = self.store.mark_dispatched(&confirmed, Utc::now()).await
+        {
+            // The tasks are out; the reconciler will publish them again (at least once).
+            error!(%error, runs = confirmed.len(), "could not mark runs dispatched");
+            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "mark_dispatched")
+                .increment(1);
+        }
+        broken.map_or(Ok(()), Err)
+    }
+
+    /// Declares the groups of `batch` not yet declared on this channel. A declaration the
+    /// broker refuses (a queue of that name exists with other arguments) closes the
+    /// channel: that group's tasks are noted and left to the reconciler, the others go
+    /// back to the queue for the next channel.
+    async fn declare_groups(
+        &mut self,
+        channel: &Channel,
+        batch: &[Outgoing],
+    ) -> Result<(), Broken> {
+        for outgoing in batch {
+            let group = outgoing.task.group.clone();
+            if self.declared.contains(&group) {
+                continue;
+            }
+            if let Err(e) = topology::declare_group(channel, &group).await {
+                let reason = format!("cannot declare the queue of group {group:?}: {e}");
+                error!(%group, error = %e, "cannot declare a group's queue; its tasks wait");
+                let mut retry = HashSet::new();
+                for o in batch {
+                    if o.task.group == group {
+                        self.note_failure(o.task.task_id, &reason).await;
+                    } else {
+                        retry.insert(o.task.task_id);
+                    }
+                }
+                return Err(Broken { reason, retry });
+            }
+            self.declared.insert(group);
+        }
+        Ok(())
+    }
+
+    async fn note_failure(&self, run_id: Uuid, reason: &str) {
+        if let Err(error) = self.store.note_publish_failure(run_id, reason).await {
+            error!(%error, %run_id, "could not note a publish failure");
+            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "note_publish_failure")
+                .increment(1);
+        }
+    }
+}
+
+fn ids(batch: &[Outgoing]) -> HashSet<Uuid> {
+    batch.iter().map(|o| o.task.task_id).collect()
+}

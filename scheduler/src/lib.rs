@@ -1,0 +1,15 @@
+//! # chime-scheduler
+//!
+//! The Chime scheduler daemon (`chimed`) and CLI (`chimectl`) as a library.
+pub mod api;
+pub mod broker;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod dispatch;
+pub mod domain;
+pub mod reconcile;
+pub mod results;
+pub mod store;
+pub mod telemetry;
+pub mod timer;

@@ -1,0 +1,114 @@
+//! Logs and metrics: the `tracing` subscriber, the Prometheus recorder behind `/metrics`,
+//! and the name and meaning of every metric `chimed` emits.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+
+use crate::config::LogFormat;
+
+/// Fires recorded, by `trigger` (`schedule`, `manual`).
+pub const FIRES: &str = "chime_fires_total";
+/// Jobs found to have missed fires, by `policy`.
+pub const MISFIRES: &str = "chime_misfires_total";
+/// Publish time minus scheduled fire time of first publishes, in seconds.
+pub const FIRE_LATENESS: &str = "chime_fire_lateness_seconds";
+/// Task publishes, by `outcome` (`confirmed`, `unroutable`, `nacked`, `failed`).
+pub const PUBLISHES: &str = "chime_publishes_total";
+/// Replies consumed, by `kind` (`ack`, `result`) and `effect` (`applied`, `stale`, `unknown_run`).
+pub const REPLIES: &str = "chime_replies_total";
+/// Results applied to runs, by `state` (`succeeded`, `failed`).
+pub const RESULTS: &str = "chime_results_total";
+/// Messages that could not be parsed and were dead-lettered, by `queue`.
+pub const MALFORMED: &str = "chime_malformed_messages_total";
+/// Store operations that failed, by `operation`.
+pub const STORE_ERRORS: &str = "chime_store_errors_total";
+/// Jobs held by the timer (due within the look-ahead window).
+pub const TIMER_JOBS: &str = "chime_timer_jobs";
+/// Tasks waiting to be published or confirmed.
+pub const DISPATCH_PENDING: &str = "chime_dispatch_pending";
+/// Tasks not held in memory because the dispatcher's queue was full; the reconciler
+/// publishes them later from the store.
+pub const DISPATCH_DEFERRED: &str = "chime_dispatch_deferred_total";
+/// Waiting tasks withdrawn before publishing because their run was no longer
+/// `scheduled` (confirmed meanwhile, or the job deleted).
+pub const DISPATCH_WITHDRAWN: &str = "chime_dispatch_withdrawn_total";
+/// Broker connections (re)established, by `component`.
+pub const BROKER_CONNECTS: &str = "chime_broker_connects_total";
+/// Recorded runs published again because no confirm came.
+pub const REPUBLISHES: &str = "chime_republishes_total";
+
+/// Installs the global `tracing` subscriber. Later calls do nothing.
+pub fn init_tracing(format: LogFormat, filter: &str) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = match format {
+        LogFormat::Text => registry.with(fmt::layer().with_target(false)).try_init(),
+        LogFormat::Json => registry
+            .with(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false),
+            )
+            .try_init(),
+    };
+}
+
+/// The process's Prometheus recorder, installed on first use.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(FIRE_LATENESS.to_string()),
+                    &[
+                        0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                        10.0, 30.0, 60.0,
+                    ],
+                )
+                .expect("valid buckets")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (tests embedding several
+            // daemons); the handle still renders this one's registry.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(FIRES, "Fires recorded, by trigger.");
+    describe_counter!(
+        MISFIRES,
+        "Jobs found to have missed fires, by misfire policy."
+    );
+    describe_histogram!(
+        FIRE_LATENESS,
+        Unit::Seconds,
+        "Publish time minus scheduled fire time."
+    );
+    describe_counter!(PUBLISHES, "Task publishes, by outcome.");
+    describe_counter!(REPLIES, "Consumer replies consumed, by kind and effect.");
+    describe_counter!(RESULTS, "Results applied to runs, by state.");
+    describe_counter!(MALFORMED, "Unparseable messages dead-lettered, by queue.");
+    describe_counter!(STORE_ERRORS, "Failed store operations, by operation.");
+    describe_gauge!(TIMER_JOBS, "Jobs held by the timer.");
+    describe_gauge!(
+        DISPATCH_PENDING,
+        "Tasks waiting to be published or confirmed."
+    );
+    describe_counter!(
+        BROKER_CONNECTS,
+        "Broker connections established, by component."
+    );
+    describe_counter!(
+        REPUBLISHES,
+        "Recorded runs published again for lack of a confirm."
+    );
+}
