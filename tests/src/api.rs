@@ -1,0 +1,166 @@
+//! Raw HTTP calls to chimed, returning status and JSON so tests can assert on both.
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+/// A client of one chimed's API.
+#[derive(Debug, Clone)]
+pub struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    /// A client of `base` (`http://host:port`).
+    pub fn new(base: impl Into<String>) -> Self {
+        Self {
+            base: base.into(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends a request; returns the status and the body parsed as JSON (null if empty).
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (StatusCode, Value) {
+        self.call_with(method, path, body, &[]).await
+    }
+
+    /// Like [`Api::call`] with extra headers.
+    pub async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("chimed answers");
+        let status = response.status();
+        let bytes = response.bytes().await.expect("response body");
+        let json = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        (status, json)
+    }
+
+    /// Sends raw bytes as the body.
+    pub async fn call_raw(&self, method: Method, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("chimed answers");
+        let status = response.status();
+        let json = response.json().await.unwrap_or(Value::Null);
+        (status, json)
+    }
+
+    /// Creates a job; panics unless the API answers 201.
+    pub async fn create_job(&self, job: Value) -> Value {
+        let (status, body) = self.call(Method::POST, "/v1/jobs", Some(&job)).await;
+        assert_eq!(status, StatusCode::CREATED, "creating {job}: {body}");
+        body
+    }
+
+    /// A job's runs (newest first, up to 1000).
+    pub async fn runs(&self, job_id: &str) -> Vec<Value> {
+        let (status, body) = self
+            .call(
+                Method::GET,
+                &format!("/v1/jobs/{job_id}/runs?limit=1000"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Fires a job now; returns the manual run.
+    pub async fn trigger(&self, job_id: &str) -> Value {
+        let (status, run) = self
+            .call(Method::POST, &format!("/v1/jobs/{job_id}/trigger"), None)
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+        run
+    }
+
+    /// A run.
+    pub async fn run(&self, run_id: &str) -> Value {
+        let (status, run) = self
+            .call(Method::GET, &format!("/v1/runs/{run_id}"), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{run}");
+        run
+    }
+
+    /// Waits until run `run_id` satisfies `check`; returns it.
+    pub async fn wait_run(
+        &self,
+        run_id: &str,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        crate::wait::until(what, std::time::Duration::from_secs(20), || async {
+            let run = self.run(run_id).await;
+            check(&run).then_some(run)
+        })
+        .await
+    }
+
+    /// A job.
+    pub async fn job(&self, job_id: &str) -> Value {
+        let (status, body) = self
+            .call(Method::GET, &format!("/v1/jobs/{job_id}"), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .expect("chimed answers")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+}
+
+/// The value of the sample `name_and_labels` (e.g. `chime_fires_total{trigger="manual"}`)
+/// in Prometheus text, 0 when absent.
+pub fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Runs of `runs` in state `state`.
+pub fn in_state<'a>(runs: &'a [Value], state: &str) -> Vec<&'a Value> {
+    runs.iter().filter(|r| r["state"] == state).collect()
+}

@@ -1,0 +1,120 @@
+//! A consumer for end-to-end tests, built on `chime-consumer`. It handles every job of its
+//! group with one handler whose behaviour the task payload chooses, and prints one JSON
+//! line per handler start and finish on standard output:
+//!
+//! - `{"sleep_ms": N}`: take N ms;
+//! - `{"fail": "retryable" | "permanent"}`: fail that way;
+//! - `{"panic": true}`: panic.
+//!
+//! With `--postgres URL` it uses the PostgreSQL idempotency store and runs every task in
+//! the transactional form, recording each task id in table `test_effects` in the same
+//! transaction.
+
+use std::time::Duration;
+
+use chime_consumer::{
+    Consumer, HandlerError, HandlerResult, TaskContext,
+    idempotency::{PgIdempotencyStore, tx_handler},
+};
+use clap::Parser;
+use serde_json::{Value, json};
+
+#[derive(Debug, Parser)]
+struct Args {
+    #[arg(long)]
+    amqp_url: String,
+    #[arg(long)]
+    group: String,
+    #[arg(long)]
+    instance: String,
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Use the PostgreSQL idempotency store at this URL, transactional form.
+    #[arg(long)]
+    postgres: Option<String>,
+}
+
+fn report(event: &str, ctx: &TaskContext) {
+    let line = json!({
+        "event": event,
+        "task_id": ctx.task_id(),
+        "job": ctx.job(),
+        "app": ctx.app(),
+        "attempt": ctx.attempt(),
+        "fire_time": ctx.fire_time(),
+        "instance": ctx.consumer(),
+        "payload": ctx.payload(),
+    });
+    println!("{line}");
+}
+
+async fn behave(ctx: &TaskContext) -> HandlerResult {
+    let payload = ctx.payload();
+    if let Some(ms) = payload.get("sleep_ms").and_then(Value::as_u64) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if payload.get("panic").and_then(Value::as_bool) == Some(true) {
+        panic!("asked to panic");
+    }
+    match payload.get("fail").and_then(Value::as_str) {
+        Some("retryable") => return Err(HandlerError::retryable("asked to fail (retryable)")),
+        Some("permanent") => return Err(HandlerError::permanent("asked to fail (permanent)")),
+        _ => {}
+    }
+    Ok(Some(json!({"echo": payload, "instance": ctx.consumer()})))
+}
+
+async fn handle(ctx: TaskContext) -> HandlerResult {
+    report("started", &ctx);
+    let result = behave(&ctx).await;
+    report("finished", &ctx);
+    result
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let builder = Consumer::builder(&args.amqp_url, &args.group)
+        .instance(&args.instance)
+        .concurrency(args.concurrency);
+    let consumer = match &args.postgres {
+        None => builder.fallback_handler(handle).build()?,
+        Some(url) => {
+            let pool = sqlx::PgPool::connect(url).await?;
+            let store = PgIdempotencyStore::new(pool.clone()).await?;
+            // Instances start together: serialise the CREATE TABLE like the store does.
+            let mut tx = pool.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock(42)")
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("CREATE TABLE IF NOT EXISTS test_effects (task_id uuid NOT NULL, instance text NOT NULL)")
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            let handler = tx_handler(|ctx, conn| {
+                Box::pin(async move {
+                    report("started", &ctx);
+                    sqlx::query("INSERT INTO test_effects (task_id, instance) VALUES ($1, $2)")
+                        .bind(ctx.task_id())
+                        .bind(ctx.consumer())
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(HandlerError::retryable)?;
+                    let result = behave(&ctx).await;
+                    report("finished", &ctx);
+                    result
+                })
+            });
+            builder
+                .transactional_handler("effect", store, handler)
+                .fallback_handler(handle)
+                .build()?
+        }
+    };
+    consumer.run().await?;
+    Ok(())
+}

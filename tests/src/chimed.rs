@@ -1,0 +1,175 @@
+//! A real `chimed` process on a free port, with its own store and vhost.
+
+use std::{
+    path::PathBuf,
+    process::{ExitStatus, Stdio},
+    time::Duration,
+};
+
+use reqwest::Method;
+use tokio::process::{Child, Command};
+
+use crate::{api::Api, binaries, wait};
+
+/// Settings of a chimed under test.
+#[derive(Debug, Clone)]
+pub struct ChimedConfig {
+    /// Store URL.
+    pub database_url: String,
+    /// Broker URL (a test vhost).
+    pub amqp_url: String,
+    /// Extra `CHIME_*` environment.
+    pub env: Vec<(String, String)>,
+}
+
+impl ChimedConfig {
+    /// A config for `database_url` and `amqp_url`.
+    pub fn new(database_url: &str, amqp_url: &str) -> Self {
+        Self {
+            database_url: database_url.to_string(),
+            amqp_url: amqp_url.to_string(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+}
+
+/// A running chimed.
+pub struct Chimed {
+    child: Child,
+    config: ChimedConfig,
+    port: u16,
+    log: PathBuf,
+    /// Its API.
+    pub api: Api,
+}
+
+impl Chimed {
+    /// Starts chimed and waits until `/readyz` says ready.
+    pub async fn start(config: ChimedConfig) -> Self {
+        let port = free_port();
+        Self::start_on(config, port).await
+    }
+
+    async fn start_on(config: ChimedConfig, port: u16) -> Self {
+        let log = binaries::scratch_dir("chimed").join("chimed.log");
+        let mut command = Command::new(binaries::binary("chimed"));
+        command
+            .env("CHIME_DATABASE_URL", &config.database_url)
+            .env("CHIME_AMQP_URL", &config.amqp_url)
+            .env("CHIME_HTTP_ADDR", format!("127.0.0.1:{port}"))
+            .env("CHIME_LOG", "info,chime_scheduler=debug")
+            .envs(config.env.iter().map(|(k, v)| (k, v)))
+            .kill_on_drop(true);
+        attach_output(&mut command, &log);
+        let child = command.spawn().expect("start chimed");
+        let api = Api::new(format!("http://127.0.0.1:{port}"));
+        let chimed = Self {
+            child,
+            config,
+            port,
+            log,
+            api,
+        };
+        chimed.wait_ready().await;
+        chimed
+    }
+
+    async fn wait_ready(&self) {
+        let api = self.api.clone();
+        let log = self.log.clone();
+        wait::until(
+            &format!(
+                "chimed on port {} to be ready (log: {})",
+                self.port,
+                log.display()
+            ),
+            Duration::from_secs(30),
+            || {
+                let api = api.clone();
+                async move {
+                    let response = reqwest::Client::new()
+                        .request(Method::GET, format!("{}/readyz", api.base()))
+                        .send()
+                        .await
+                        .ok()?;
+                    response.status().is_success().then_some(())
+                }
+            },
+        )
+        .await;
+    }
+
+    /// The config it runs with.
+    pub fn config(&self) -> &ChimedConfig {
+        &self.config
+    }
+
+    /// Where its log goes.
+    pub fn log_path(&self) -> &PathBuf {
+        &self.log
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub async fn stop(mut self) -> ExitStatus {
+        signal(&self.child, "TERM");
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("chimed exits within 30 s of SIGTERM")
+            .expect("wait for chimed")
+    }
+
+    /// Kills it with SIGKILL, as a crash would.
+    pub async fn kill(mut self) {
+        signal(&self.child, "KILL");
+        let _ = self.child.wait().await;
+    }
+
+    /// Starts a new chimed with the same config and port.
+    pub async fn restart_from(config: ChimedConfig, port: u16) -> Self {
+        Self::start_on(config, port).await
+    }
+
+    /// Its HTTP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// Sends `signal` (`TERM`, `KILL`, `STOP`, `CONT`) to a child process.
+pub fn signal(child: &Child, signal: &str) {
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status();
+    }
+}
+
+/// Sends the process's output to `log`, or to the test's own output with `TEST_LOG`.
+pub fn attach_output(command: &mut Command, log: &PathBuf) {
+    if std::env::var_os("TEST_LOG").is_some() {
+        command.stdout(Stdio::inherit()).stderr(Stdio::inherit());
+    } else {
+        let file = std::fs::File::create(log).expect("create a log file");
+        let err = file.try_clone().expect("clone the log file handle");
+        command.stdout(file).stderr(err);
+    }
+}
+
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

@@ -1,0 +1,95 @@
+//! chimectl against a real chimed.
+
+use std::process::{Command, Output};
+
+use chime_tests::binaries;
+use serde_json::Value;
+
+use crate::support::{Setup, StoreKind};
+
+fn chimectl(server: &str, args: &[&str]) -> Output {
+    Command::new(binaries::binary("chimectl"))
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .output()
+        .expect("run chimectl")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chimectl_manages_jobs_and_reports_errors() {
+    let s = Setup::new(StoreKind::Sqlite).await;
+    let server = s.chimed.api.base().to_string();
+    let run = |args: Vec<&'static str>| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || chimectl(&server, &args))
+    };
+
+    let added = run(vec![
+        "job",
+        "add",
+        "--app",
+        "shop",
+        "--name",
+        "close",
+        "--cron",
+        "0 */2 * * * *",
+        "--timezone",
+        "Asia/Shanghai",
+        "--group",
+        "orders",
+        "--payload",
+        "{\"older_than_min\": 30}",
+    ])
+    .await
+    .unwrap();
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    assert!(stdout(&added).contains("Asia/Shanghai"));
+
+    let got = run(vec!["--json", "job", "get", "shop/close"])
+        .await
+        .unwrap();
+    let job: Value = serde_json::from_str(&stdout(&got)).expect("--json prints JSON");
+    assert_eq!(job["payload"]["older_than_min"], 30);
+    assert_eq!(job["target"]["group"], "orders");
+
+    let listed = run(vec!["job", "ls"]).await.unwrap();
+    assert!(stdout(&listed).contains("close") && stdout(&listed).contains("NEXT FIRE"));
+
+    let bad = run(vec![
+        "job",
+        "add",
+        "--name",
+        "x",
+        "--cron",
+        "0 61 * * * *",
+        "--group",
+        "g",
+    ])
+    .await
+    .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("schedule.cron"));
+
+    let triggered = run(vec!["job", "trigger", "shop/close"]).await.unwrap();
+    assert!(stdout(&triggered).contains("triggered job"));
+    let runs = run(vec!["--json", "run", "ls", "shop/close"])
+        .await
+        .unwrap();
+    let runs: Value = serde_json::from_str(&stdout(&runs)).unwrap();
+    assert_eq!(runs["items"][0]["trigger"], "manual");
+
+    let removed = run(vec!["job", "rm", "shop/close"]).await.unwrap();
+    assert!(removed.status.success());
+    let gone = run(vec!["job", "get", "shop/close"]).await.unwrap();
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no job named"));
+}

@@ -1,0 +1,286 @@
+//! Fires reach consumers and their results reach the run history.
+
+use std::time::Duration;
+
+use chime_tests::{TestConsumer, api::in_state, wait};
+use chrono::{DateTime, Utc};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::{
+    per_store,
+    support::{Setup, StoreKind, every_second},
+};
+
+fn time(v: &Value) -> DateTime<Utc> {
+    v.as_str().expect("a timestamp").parse().expect("RFC 3339")
+}
+
+async fn cron_job_is_delivered_and_succeeds(kind: StoreKind) {
+    let s = Setup::new(kind).await;
+    let consumer = TestConsumer::start(&s.vhost.amqp_url(), "workers", "w1", &[]).await;
+    let job = s
+        .chimed
+        .api
+        .create_job(every_second(
+            "tick",
+            "workers",
+            json!({"n": 42, "text": "héllo"}),
+        ))
+        .await;
+    let id = job["id"].as_str().unwrap().to_string();
+
+    let runs = wait::until("3 succeeded runs", Duration::from_secs(20), || async {
+        let runs = s.chimed.api.runs(&id).await;
+        (in_state(&runs, "succeeded").len() >= 3).then_some(runs)
+    })
+    .await;
+    let delivered = consumer.events_of("started");
+    for run in in_state(&runs, "succeeded") {
+        assert_eq!(run["output"]["echo"], json!({"n": 42, "text": "héllo"}));
+        assert_eq!(run["consumer"], "w1");
+        assert_eq!(run["attempt"], 1);
+        assert_eq!(
+            time(&run["fire_time"]).timestamp_subsec_millis(),
+            0,
+            "cron fires on the second"
+        );
+        for field in ["dispatched_at", "acked_at", "finished_at"] {
+            assert!(run[field].is_string(), "{field} recorded: {run}");
+        }
+        let task = delivered
+            .iter()
+            .find(|e| e["task_id"] == run["id"])
+            .unwrap_or_else(|| panic!("run {} was delivered", run["id"]));
+        assert_eq!(task["payload"], json!({"n": 42, "text": "héllo"}));
+        assert_eq!(task["job"], "tick");
+        let key = chime_consumer::protocol::run_id(id.parse().unwrap(), time(&run["fire_time"]), 0);
+        assert_eq!(
+            run["id"],
+            key.to_string(),
+            "the task id is the idempotency key of the fire"
+        );
+    }
+}
+
+async fn one_shot_fires_exactly_once(kind: StoreKind) {
+    let s = Setup::new(kind).await;
+    let _consumer = TestConsumer::start(&s.vhost.amqp_url(), "workers", "w1", &[]).await;
+    let at = Utc::now() + chrono::Duration::seconds(2);
+    let job = s
+        .chimed
+        .api
+        .create_job(json!({"name": "once", "schedule": {"at": at.to_rfc3339()}, "target": {"group": "workers"}}))
+        .await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let runs = wait::until(
+        "the one-shot run to succeed",
+        Duration::from_secs(20),
+        || async {
+            let runs = s.chimed.api.runs(&id).await;
+            (!in_state(&runs, "succeeded").is_empty()).then_some(runs)
+        },
+    )
+    .await;
+    assert_eq!(runs.len(), 1);
+    let lag = time(&runs[0]["fire_time"]) - at;
+    assert!(
+        lag <= chrono::Duration::zero() && lag > chrono::Duration::milliseconds(-1),
+        "fires at its instant (to the ms)"
+    );
+    assert_eq!(
+        s.chimed.api.job(&id).await["next_fire_at"],
+        Value::Null,
+        "nothing left to fire"
+    );
+}
+
+/// The timer learns about a new job at once: it fires on time, not at the next refill of
+/// the look-ahead window.
+async fn new_job_fires_on_time(kind: StoreKind) {
+    let s = Setup::with_env(kind, &[("CHIME_LOOKAHEAD", "60s")]).await;
+    let at = Utc::now() + chrono::Duration::seconds(2);
+    let job = s
+        .chimed
+        .api
+        .create_job(
+            json!({"name": "soon", "schedule": {"at": at.to_rfc3339()}, "target": {"group": "g"}}),
+        )
+        .await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let run = wait::until(
+        "the run to be dispatched",
+        Duration::from_secs(15),
+        || async {
+            let runs = s.chimed.api.runs(&id).await;
+            runs.into_iter().find(|r| r["dispatched_at"].is_string())
+        },
+    )
+    .await;
+    let lateness = time(&run["dispatched_at"]) - time(&run["fire_time"]);
+    assert!(
+        lateness < chrono::Duration::seconds(3),
+        "fired {lateness} late"
+    );
+    // With nobody consuming, the task waits in the group's durable queue.
+    let (ready, consumers) = s.vhost.queue_state("chime.group.g").await;
+    assert_eq!((ready, consumers), (1, 0));
+}
+
+per_store!(
+    cron_job_is_delivered_and_succeeds,
+    one_shot_fires_exactly_once,
+    new_job_fires_on_time,
+    pause_resume_trigger_and_delete,
+);
+
+/// Waits until `clock` (an every-second job) has `n` more runs than now: a signal that
+/// time has passed in the scheduler's own terms.
+async fn ticks(s: &Setup, clock: &str, n: usize) {
+    let start = s.chimed.api.runs(clock).await.len();
+    wait::until(
+        &format!("{n} clock ticks"),
+        Duration::from_secs(n as u64 * 3 + 10),
+        || async { (s.chimed.api.runs(clock).await.len() >= start + n).then_some(()) },
+    )
+    .await;
+}
+
+async fn pause_resume_trigger_and_delete(kind: StoreKind) {
+    let s = Setup::new(kind).await;
+    let consumer = TestConsumer::start(&s.vhost.amqp_url(), "workers", "w1", &[]).await;
+    let api = &s.chimed.api;
+    let clock = api
+        .create_job(every_second("clock", "workers", json!(null)))
+        .await;
+    let clock = clock["id"].as_str().unwrap().to_string();
+    let job = api
+        .create_job(every_second("work", "workers", json!({"k": 1})))
+        .await;
+    let id = job["id"].as_str().unwrap().to_string();
+    wait::until("the job to fire", Duration::from_secs(15), || async {
+        (!api.runs(&id).await.is_empty()).then_some(())
+    })
+    .await;
+
+    let (status, paused) = api
+        .call(Method::POST, &format!("/v1/jobs/{id}/pause"), None)
+        .await;
+    assert_eq!((status, &paused["paused"]), (StatusCode::OK, &json!(true)));
+    let before = api.runs(&id).await.len();
+    ticks(&s, &clock, 3).await;
+    assert_eq!(
+        api.runs(&id).await.len(),
+        before,
+        "a paused job does not fire"
+    );
+
+    let run = api.trigger(&id).await;
+    assert_eq!(run["trigger"], "manual");
+    api.wait_run(
+        run["id"].as_str().unwrap(),
+        "the manual run to succeed",
+        |r| r["state"] == "succeeded",
+    )
+    .await;
+
+    let (status, resumed) = api
+        .call(Method::POST, &format!("/v1/jobs/{id}/resume"), None)
+        .await;
+    assert_eq!(
+        (status, &resumed["paused"]),
+        (StatusCode::OK, &json!(false))
+    );
+    let after_pause = api.runs(&id).await.len();
+    wait::until(
+        "the resumed job to fire",
+        Duration::from_secs(15),
+        || async { (api.runs(&id).await.len() >= after_pause + 2).then_some(()) },
+    )
+    .await;
+    let runs = api.runs(&id).await;
+    let resumed_at = time(&resumed["updated_at"]);
+    let paused_at = time(&paused["updated_at"]);
+    assert!(
+        runs.iter().filter(|r| r["trigger"] == "schedule").all(|r| {
+            let t = time(&r["fire_time"]);
+            // A fire committed while the pause was being written may carry a later time.
+            t <= paused_at + chrono::Duration::seconds(1) || t > resumed_at
+        }),
+        "no scheduled fire falls in the paused interval, and none is replayed after resume"
+    );
+
+    let (status, _) = api
+        .call(Method::DELETE, &format!("/v1/jobs/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let deleted_at = Utc::now();
+    ticks(&s, &clock, 3).await;
+    let late = consumer
+        .events_of("started")
+        .into_iter()
+        .filter(|e| e["job"] == "work" && time(&e["fire_time"]) > deleted_at)
+        .count();
+    assert_eq!(late, 0, "a deleted job stops firing");
+    let (status, _) = api.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// A task the broker cannot route (someone deleted the group's queue) is recorded on the
+/// run, not lost: the run stays `scheduled` with the reason, the queue is declared again
+/// and the task is published again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unroutable_task_is_recorded_and_published_again() {
+    let s = Setup::with_env(StoreKind::Sqlite, &[("CHIME_REPUBLISH_AFTER", "2s")]).await;
+    let api = &s.chimed.api;
+    let job = api
+        .create_job(every_second("tick", "lonely", json!(null)))
+        .await;
+    let id = job["id"].as_str().unwrap().to_string();
+    wait::until("a dispatched run", Duration::from_secs(15), || async {
+        in_state(&api.runs(&id).await, "dispatched")
+            .first()
+            .map(|_| ())
+    })
+    .await;
+
+    let connection = s.vhost.connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .queue_delete(
+            "chime.group.lonely".into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await
+        .expect("delete the group's queue");
+    let lost = wait::until(
+        "a run noted as unroutable",
+        Duration::from_secs(15),
+        || async {
+            api.runs(&id).await.into_iter().find(|r| {
+                r["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("unroutable"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        lost["state"], "scheduled",
+        "an unroutable task is not dispatched"
+    );
+    let run_id = lost["id"].as_str().unwrap().to_string();
+    let republished = api
+        .wait_run(&run_id, "the run to be published again", |r| {
+            r["state"] == "dispatched"
+        })
+        .await;
+    assert_eq!(republished["error"], Value::Null);
+    let (ready, _) = s.vhost.queue_state("chime.group.lonely").await;
+    assert!(ready >= 1, "the queue exists again and holds tasks");
+    let text = api.metrics().await;
+    assert!(
+        text.contains("chime_publishes_total{outcome=\"unroutable\"}"),
+        "counted"
+    );
+}

@@ -1,0 +1,13 @@
+//! End-to-end scenarios: real chimed processes, real consumers, RabbitMQ and databases.
+//! `deploy/local/test.sh` makes sure RabbitMQ and PostgreSQL run; every test gets its own
+//! vhost and database.
+
+mod bad_input;
+mod cli;
+mod crash;
+mod delivery;
+mod demo;
+mod duplicates;
+mod outage;
+mod restart;
+mod support;

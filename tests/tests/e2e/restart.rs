@@ -1,0 +1,204 @@
+//! chimed restarted while jobs are due: missed fires follow each job's misfire policy, and
+//! no fire is recorded twice.
+
+use std::{collections::HashSet, time::Duration};
+
+use chime_tests::{Chimed, TestConsumer, wait};
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::{
+    per_store,
+    support::{Setup, StoreKind},
+};
+
+fn time(v: &Value) -> DateTime<Utc> {
+    v.as_str().expect("a timestamp").parse().expect("RFC 3339")
+}
+
+async fn missed_fires_follow_the_misfire_policy(kind: StoreKind) {
+    let s = Setup::with_env(kind, &[("CHIME_MISFIRE_GRACE", "1s")]).await;
+    let _consumer = TestConsumer::start(&s.vhost.amqp_url(), "workers", "w1", &[]).await;
+    let api = s.chimed.api.clone();
+    let mut ids = Vec::new();
+    for (name, policy) in [
+        ("once", "fire_once"),
+        ("skip", "skip"),
+        ("catch", "catch_up"),
+    ] {
+        let job = api
+            .create_job(json!({
+                "name": name, "schedule": {"every": "1s"}, "target": {"group": "workers"},
+                "misfire": policy, "catch_up_limit": 3,
+            }))
+            .await;
+        ids.push((policy, job["id"].as_str().unwrap().to_string()));
+    }
+    for (_, id) in &ids {
+        wait::until(
+            "two fires before the crash",
+            Duration::from_secs(15),
+            || async { (api.runs(id).await.len() >= 2).then_some(()) },
+        )
+        .await;
+    }
+
+    let (config, port) = (s.chimed.config().clone(), s.chimed.port());
+    let Setup { chimed, db, vhost } = s;
+    chimed.kill().await;
+    // The outage itself: fires come due while no scheduler runs.
+    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    let restarted_at = Utc::now();
+    let chimed = Chimed::restart_from(config, port).await;
+    let api = chimed.api.clone();
+
+    for (policy, id) in &ids {
+        let runs = wait::until(
+            "two regular fires after the restart",
+            Duration::from_secs(20),
+            || async {
+                let runs = api.runs(id).await;
+                let after = runs
+                    .iter()
+                    .filter(|r| time(&r["created_at"]) >= restarted_at)
+                    .count();
+                (after >= 2 + if *policy == "catch_up" { 3 } else { 1 }).then_some(runs)
+            },
+        )
+        .await;
+        let fire_times: Vec<_> = runs.iter().map(|r| time(&r["fire_time"])).collect();
+        assert_eq!(
+            fire_times.iter().collect::<HashSet<_>>().len(),
+            fire_times.len(),
+            "{policy}: no fire recorded twice"
+        );
+        let last_before = runs
+            .iter()
+            .filter(|r| time(&r["created_at"]) < restarted_at)
+            .map(|r| time(&r["fire_time"]))
+            .max()
+            .unwrap();
+        let start_batch_at = runs
+            .iter()
+            .map(|r| time(&r["created_at"]))
+            .filter(|t| *t >= restarted_at)
+            .min()
+            .unwrap();
+        let mut batch: Vec<_> = runs
+            .iter()
+            .filter(|r| time(&r["created_at"]) == start_batch_at)
+            .map(|r| time(&r["fire_time"]))
+            .collect();
+        batch.sort();
+        assert!(
+            start_batch_at - last_before > chrono::Duration::seconds(4),
+            "{policy}: the outage missed fires"
+        );
+        let latest_due = *batch.last().unwrap();
+        assert!(
+            latest_due <= start_batch_at
+                && start_batch_at - latest_due < chrono::Duration::seconds(1)
+        );
+        match *policy {
+            "fire_once" => assert_eq!(batch.len(), 1, "fire_once: one fire for all missed ones"),
+            "catch_up" => {
+                assert_eq!(batch.len(), 3, "catch_up: the latest catch_up_limit fires");
+                assert!(
+                    batch
+                        .windows(2)
+                        .all(|w| w[1] - w[0] == chrono::Duration::seconds(1))
+                );
+            }
+            "skip" => assert!(
+                batch
+                    .iter()
+                    .all(|t| start_batch_at - *t <= chrono::Duration::seconds(1)),
+                "skip: only fires within the grace period"
+            ),
+            other => unreachable!("{other}"),
+        }
+        let in_outage = fire_times
+            .iter()
+            .filter(|t| **t > last_before && **t < batch[0])
+            .count();
+        assert_eq!(
+            in_outage, 0,
+            "{policy}: missed fires beyond the policy are not recorded"
+        );
+        wait::until(
+            "every fire to be handled",
+            Duration::from_secs(20),
+            || async {
+                let runs = api.runs(id).await;
+                runs.iter()
+                    .filter(|r| time(&r["fire_time"]) <= latest_due)
+                    .all(|r| r["state"] == "succeeded")
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    drop((chimed, db, vhost));
+}
+
+per_store!(missed_fires_follow_the_misfire_policy);
+
+/// SIGTERM: chimed stops firing, confirms what it recorded, and exits 0; nothing it
+/// recorded is left unpublished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_confirms_recorded_runs_and_exits_zero() {
+    let s = Setup::new(StoreKind::Sqlite).await;
+    let api = s.chimed.api.clone();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let job = api
+            .create_job(json!({"name": format!("j{i}"), "schedule": {"cron": "* * * * * *"}, "target": {"group": "quiet"}}))
+            .await;
+        ids.push(job["id"].as_str().unwrap().to_string());
+    }
+    wait::until(
+        "every job to fire twice",
+        Duration::from_secs(20),
+        || async {
+            for id in &ids {
+                if api.runs(id).await.len() < 2 {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let Setup { chimed, db, vhost } = s;
+    let status = chimed.stop().await;
+    assert!(status.success(), "chimed exits 0 on SIGTERM: {status:?}");
+
+    let store = chime_scheduler::store::open(db.url()).await.unwrap();
+    let mut recorded = 0;
+    for id in &ids {
+        let runs = store
+            .list_runs(
+                id.parse().unwrap(),
+                &chime_scheduler::store::RunPage {
+                    before: None,
+                    limit: 1000,
+                },
+            )
+            .await
+            .unwrap();
+        recorded += runs.len();
+        for run in runs {
+            assert_eq!(
+                run.state,
+                chime_scheduler::domain::RunState::Dispatched,
+                "run {} was confirmed before exit",
+                run.id
+            );
+        }
+    }
+    let (ready, _) = vhost.queue_state("chime.group.quiet").await;
+    assert_eq!(
+        ready as usize, recorded,
+        "every recorded run is in the queue, once"
+    );
+}
