@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# deploy/local/test.sh — the README's test command (and what CI runs).
+#
+# Owns the test run: makes sure RabbitMQ and PostgreSQL run (rabbitmq.sh, postgres.sh),
+# builds the workspace, and runs the whole test suite — unit tests, the store suite on
+# SQLite and PostgreSQL, and the end-to-end scenarios against real processes.
+#
+# Usage: deploy/local/test.sh [extra cargo test arguments, e.g. -- restart]
+# Env:   CHIME_TEST_POSTGRES_URL  server the tests create databases on
+#                                 (default: the URL postgres.sh prints)
+#        CHIME_TEST_THREADS       parallel tests per binary (default 4)
+#        CHIME_RABBITMQCTL        command to manage vhosts (default rabbitmqctl)
+set -euo pipefail
+
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$SCRIPT_DIR/lib.sh"
+
+"$SCRIPT_DIR/rabbitmq.sh"
+pg_url=$("$SCRIPT_DIR/postgres.sh")
+export CHIME_TEST_POSTGRES_URL=${CHIME_TEST_POSTGRES_URL:-$pg_url}
+
+command -v cargo >/dev/null 2>&1 || die "cargo is needed (install Rust from https://rustup.rs)"
+cd "$ROOT"
+log "building the workspace"
+cargo build --workspace --all-targets
+log "running the test suite"
+cargo test --workspace "$@" -- --test-threads="${CHIME_TEST_THREADS:-4}"
