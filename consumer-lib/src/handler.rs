@@ -102,6 +102,7 @@ pub fn outcome_of(result: &HandlerResult) -> TaskOutcome {
 pub struct TaskContext {
     task: TaskMessage,
     consumer: String,
+    publisher: Option<String>,
 }
 
 impl TaskContext {
@@ -110,7 +111,19 @@ impl TaskContext {
         Self {
             task,
             consumer: consumer.into(),
+            publisher: None,
         }
+    }
+
+    /// Sets who published the task (the message's `app_id`: the scheduler node's id).
+    pub fn with_publisher(mut self, publisher: Option<String>) -> Self {
+        self.publisher = publisher;
+        self
+    }
+
+    /// The scheduler node that published this delivery, if it said (diagnostics only).
+    pub fn publisher(&self) -> Option<&str> {
+        self.publisher.as_deref()
     }
 
     /// The task id, which is also the run id.

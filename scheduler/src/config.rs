@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
 
-use crate::domain::duration::HumanDuration;
+use crate::{cluster::ClusterSettings, domain::duration::HumanDuration};
 
 /// One configuration key.
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +64,36 @@ pub const SETTINGS: &[Setting] = &[
         doc: "publish a recorded run again when the broker has not confirmed it after this long",
     },
     Setting {
+        key: "node_name",
+        env: "CHIME_NODE_NAME",
+        default: "",
+        doc: "this node's name in the cluster (default: the host name); a random suffix keeps each process distinct",
+    },
+    Setting {
+        key: "shard_count",
+        env: "CHIME_SHARD_COUNT",
+        default: "256",
+        doc: "shards of a new PostgreSQL cluster (fixed when the first node starts; later nodes use the stored count)",
+    },
+    Setting {
+        key: "lease_ttl",
+        env: "CHIME_LEASE_TTL",
+        default: "10s",
+        doc: "shard lease lifetime after each renewal (database clock); a dead node's shards are taken over after this",
+    },
+    Setting {
+        key: "lease_renew_interval",
+        env: "CHIME_LEASE_RENEW_INTERVAL",
+        default: "2s",
+        doc: "how often a node renews its leases and rebalances; at most a third of lease_ttl",
+    },
+    Setting {
+        key: "heartbeat_interval",
+        env: "CHIME_HEARTBEAT_INTERVAL",
+        default: "2s",
+        doc: "how often a node heartbeats in the node registry; at most half of lease_ttl",
+    },
+    Setting {
         key: "shutdown_timeout",
         env: "CHIME_SHUTDOWN_TIMEOUT",
         default: "10s",
@@ -111,6 +141,12 @@ pub struct Config {
     pub republish_after: Duration,
     /// Shutdown's wait for in-flight publishes. Default 10 s.
     pub shutdown_timeout: Duration,
+    /// Node name; empty means the host name.
+    pub node_name: String,
+    /// Shard count of a new cluster. Default 256.
+    pub shard_count: u32,
+    /// Lease timing. Defaults: TTL 10 s, renew every 2 s, heartbeat every 2 s.
+    pub cluster: ClusterSettings,
     /// Log format. Default text.
     pub log_format: LogFormat,
     /// Log filter. Default `info`.
@@ -275,6 +311,18 @@ impl Layers {
             misfire_grace: parse("misfire_grace").duration()?,
             republish_after: parse("republish_after").duration()?,
             shutdown_timeout: parse("shutdown_timeout").duration()?,
+            node_name: parse("node_name").text(),
+            shard_count: parse("shard_count").with(|v| {
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=65_536).contains(n))
+                    .ok_or_else(|| "use a whole number from 1 to 65536".to_string())
+            })?,
+            cluster: ClusterSettings {
+                lease_ttl: parse("lease_ttl").duration()?,
+                renew_interval: parse("lease_renew_interval").duration()?,
+                heartbeat_interval: parse("heartbeat_interval").duration()?,
+            },
             log_format: parse("log_format").with(|v| match v {
                 "text" => Ok(LogFormat::Text),
                 "json" => Ok(LogFormat::Json),
@@ -293,6 +341,23 @@ impl Layers {
         parse("republish_after").check(
             config.republish_after >= Duration::from_secs(1),
             "use at least 1s",
+        )?;
+        let cluster = config.cluster;
+        parse("lease_ttl").check(
+            cluster.lease_ttl >= Duration::from_secs(1),
+            "use at least 1s",
+        )?;
+        // A node trusts a lease for 80 % of the TTL after renewing; renewing at most every
+        // third of it leaves room for a failed attempt before the trust runs out.
+        parse("lease_renew_interval").check(
+            cluster.renew_interval >= Duration::from_millis(100)
+                && cluster.renew_interval * 3 <= cluster.lease_ttl,
+            "use at least 100ms and at most a third of lease_ttl",
+        )?;
+        parse("heartbeat_interval").check(
+            cluster.heartbeat_interval >= Duration::from_millis(100)
+                && cluster.heartbeat_interval * 2 <= cluster.lease_ttl,
+            "use at least 100ms and at most half of lease_ttl",
         )?;
         Ok(config)
     }
@@ -381,6 +446,27 @@ mod tests {
         assert_eq!(config.http_addr, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(config.payload_limit, 256 * 1024);
         assert_eq!(config.misfire_grace, Duration::from_secs(5));
+        assert_eq!(config.shard_count, 256);
+        assert_eq!(config.cluster, ClusterSettings::default());
+    }
+
+    #[test]
+    fn lease_timing_must_leave_room_to_renew() {
+        let env = |var: &str| match var {
+            "CHIME_LEASE_TTL" => Some("3s".to_string()),
+            "CHIME_LEASE_RENEW_INTERVAL" => Some("2s".to_string()),
+            _ => None,
+        };
+        let err = Layers::new().env(env).build().unwrap_err().to_string();
+        assert!(err.contains("at most a third of lease_ttl"), "{err}");
+        let env = |var: &str| match var {
+            "CHIME_LEASE_TTL" => Some("3s".to_string()),
+            "CHIME_LEASE_RENEW_INTERVAL" => Some("1s".to_string()),
+            "CHIME_HEARTBEAT_INTERVAL" => Some("1s".to_string()),
+            _ => None,
+        };
+        let config = Layers::new().env(env).build().unwrap();
+        assert_eq!(config.cluster.lease_ttl, Duration::from_secs(3));
     }
 
     #[test]

@@ -1,50 +1,83 @@
-//! `chimed` assembled: opens the store, starts the dispatcher, timer, reconciler, result
-//! collector and HTTP API, and stops them in order on shutdown — stop taking work, stop
-//! firing, publish and confirm what was already recorded, then close.
+//! `chimed` assembled: opens the store, joins the cluster (PostgreSQL) or locks the file
+//! (SQLite), starts the dispatcher, timer, reconciler, result collector and HTTP API, and
+//! stops them in order on shutdown — stop taking work, stop firing, publish and confirm
+//! what was already recorded, hand the shards back, then close.
 
-use std::future::Future;
+use std::{future::Future, sync::Arc};
 
 use anyhow::Context;
-use tokio::{net::TcpListener, task::JoinHandle};
+use tokio::{net::TcpListener, sync::Notify, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::{
     api::{self, AppState},
     broker::GroupDeclarer,
+    cluster::{DEFAULT_SHARD_COUNT, Membership, Ownership, notices},
     config::Config,
     dispatch::Dispatcher,
     reconcile::Reconciler,
     results::ResultCollector,
-    store, telemetry,
+    store::{self, Backend},
+    telemetry,
     timer::{Timer, TimerSettings},
 };
 
 /// Runs `chimed` with `config` until `shutdown` completes, then shuts down gracefully.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let store = store::open(&config.database_url)
+    let backend = store::open_backend(&config.database_url, config.shard_count)
         .await
         .with_context(|| format!("opening the store at {}", redact(&config.database_url)))?;
-    info!(backend = store.backend(), "store ready");
+    let store = backend.store();
+    let node = node_id(&config.node_name);
+    let (ownership, _single_node_lock) = match &backend {
+        Backend::Sqlite(sqlite) => (
+            Ownership::single_node(node.as_str(), DEFAULT_SHARD_COUNT),
+            Some(sqlite.lock_single_node()?),
+        ),
+        Backend::Postgres(postgres) => {
+            if postgres.shard_count() != config.shard_count {
+                warn!(
+                    configured = config.shard_count,
+                    stored = postgres.shard_count(),
+                    "the cluster already exists: using its shard count"
+                );
+            }
+            (
+                Ownership::clustered(node.as_str(), postgres.shard_count()),
+                None,
+            )
+        }
+    };
+    info!(backend = store.backend(), node = %node, shards = ownership.shard_count(), "store ready");
     let listener = TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("listening on {}", config.http_addr))?;
     let metrics = telemetry::metrics_handle();
 
-    let (dispatch, dispatcher) = Dispatcher::new(store.clone(), &config.amqp_url);
+    let (dispatch, dispatcher) =
+        Dispatcher::new(store.clone(), ownership.clone(), &config.amqp_url);
     let (timer_handle, timer) = Timer::new(
         store.clone(),
         dispatch.clone(),
+        ownership.clone(),
         TimerSettings {
             lookahead: config.lookahead,
             misfire_grace: config.misfire_grace,
         },
     );
-    let reconciler = Reconciler::new(store.clone(), dispatch.clone(), config.republish_after);
+    let reconciler = Reconciler::new(
+        store.clone(),
+        dispatch.clone(),
+        ownership.clone(),
+        config.republish_after,
+    );
     let collector = ResultCollector::new(store.clone(), &config.amqp_url);
     let state = AppState::new(
-        store.clone(),
-        timer_handle,
+        backend.clone(),
+        ownership.clone(),
+        config.cluster,
+        timer_handle.clone(),
         dispatch,
         GroupDeclarer::new(&config.amqp_url),
         config.payload_limit,
@@ -70,6 +103,37 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         &collecting,
         &fatal,
     );
+    // Membership keeps renewing leases until the dispatcher has drained, so what was
+    // recorded under them is published under them.
+    let leasing = CancellationToken::new();
+    let membership = match &backend {
+        Backend::Postgres(postgres) => {
+            let wake = Arc::new(Notify::new());
+            let notices = supervise(
+                "cluster notices",
+                notices::listen(postgres.clone(), timer_handle, wake.clone(), intake.clone()),
+                &intake,
+                &fatal,
+            );
+            let membership = Membership::new(
+                postgres.clone(),
+                ownership.clone(),
+                config.cluster,
+                config.http_addr.to_string(),
+                wake,
+            );
+            let (stop, fatal) = (leasing.clone(), fatal.clone());
+            let task = tokio::spawn(async move {
+                let membership = membership.run(stop.clone()).await;
+                if !stop.is_cancelled() {
+                    fatal.cancel();
+                }
+                membership
+            });
+            Some((task, notices))
+        }
+        Backend::Sqlite(_) => None,
+    };
     let timer = supervise("timer", timer.run(intake.clone()), &intake, &fatal);
     let reconciler = supervise(
         "reconciler",
@@ -102,6 +166,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     info!("confirming in-flight publishes");
     drain.cancel();
     let _ = dispatcher.await;
+    if let Some((membership, notices)) = membership {
+        leasing.cancel();
+        let _ = notices.await;
+        match membership.await {
+            Ok(membership) => membership.leave().await,
+            Err(error) => error!(%error, "membership task failed; leases expire instead"),
+        }
+    }
     collecting.cancel();
     let _ = collector.await;
     drop(store);
@@ -130,6 +202,18 @@ fn supervise(
             fatal.cancel();
         }
     })
+}
+
+/// This process's node id: the configured name (or the host name) and a random suffix,
+/// so a restarted or duplicated node never inherits another process's leases.
+fn node_id(name: &str) -> String {
+    let name = if name.trim().is_empty() {
+        gethostname::gethostname().to_string_lossy().into_owned()
+    } else {
+        name.trim().to_string()
+    };
+    let suffix: u32 = rand::random();
+    format!("{name}-{suffix:08x}")
 }
 
 /// The URL without its password, for logs.

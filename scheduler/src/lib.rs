@@ -4,6 +4,7 @@
 pub mod api;
 pub mod broker;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod dispatch;

@@ -36,8 +36,34 @@ pub const DISPATCH_DEFERRED: &str = "chime_dispatch_deferred_total";
 pub const DISPATCH_WITHDRAWN: &str = "chime_dispatch_withdrawn_total";
 /// Broker connections (re)established, by `component`.
 pub const BROKER_CONNECTS: &str = "chime_broker_connects_total";
-/// Recorded runs published again because no confirm came.
+/// Recorded runs published again, by `reason` (`unconfirmed`: no confirm came;
+/// `takeover`: left unconfirmed by a shard's previous owner).
 pub const REPUBLISHES: &str = "chime_republishes_total";
+/// Fires not recorded because the shard's lease could not be proven in the fire
+/// transaction (the node lost or could not renew it).
+pub const FIRES_FENCED: &str = "chime_fires_fenced_total";
+/// Due fires skipped, by `reason` (`overlap`: the previous run is unfinished and the job
+/// forbids overlap).
+pub const FIRES_SKIPPED: &str = "chime_fires_skipped_total";
+/// Fenced tasks not published because this node no longer trusted their shard's lease.
+pub const DISPATCH_UNOWNED: &str = "chime_dispatch_unowned_total";
+/// Lease renewal rounds, by `outcome` (`ok`, `error`).
+pub const LEASE_RENEWALS: &str = "chime_lease_renewals_total";
+/// Shard leases found taken over by another node at renewal.
+pub const LEASE_LOSSES: &str = "chime_lease_losses_total";
+/// Shards taken over after their previous owner's lease expired.
+pub const SHARD_TAKEOVERS: &str = "chime_shard_takeovers_total";
+/// Shards acquired (free or taken over).
+pub const SHARD_ACQUISITIONS: &str = "chime_shard_acquisitions_total";
+/// Shards released (rebalancing or leaving).
+pub const SHARD_RELEASES: &str = "chime_shard_releases_total";
+/// Seconds a taken-over shard went without a renewing owner (approximately the time its
+/// jobs could not fire), per takeover.
+pub const FAILOVER_GAP: &str = "chime_failover_gap_seconds";
+/// Shards this node holds.
+pub const SHARDS_OWNED: &str = "chime_shards_owned";
+/// Live nodes in the cluster, as this node sees them.
+pub const CLUSTER_LIVE_NODES: &str = "chime_cluster_live_nodes";
 
 /// Installs the global `tracing` subscriber. Later calls do nothing.
 pub fn init_tracing(format: LogFormat, filter: &str) {
@@ -68,6 +94,11 @@ pub fn metrics_handle() -> PrometheusHandle {
                         0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                         10.0, 30.0, 60.0,
                     ],
+                )
+                .expect("valid buckets")
+                .set_buckets_for_metric(
+                    Matcher::Full(FAILOVER_GAP.to_string()),
+                    &[0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0],
                 )
                 .expect("valid buckets")
                 .build_recorder();
@@ -109,6 +140,30 @@ fn describe() {
     );
     describe_counter!(
         REPUBLISHES,
-        "Recorded runs published again for lack of a confirm."
+        "Recorded runs published again, by reason (unconfirmed, takeover)."
     );
+    describe_counter!(
+        FIRES_FENCED,
+        "Fires refused because the shard lease was not proven."
+    );
+    describe_counter!(FIRES_SKIPPED, "Due fires skipped, by reason.");
+    describe_counter!(
+        DISPATCH_UNOWNED,
+        "Tasks not published because their shard was lost."
+    );
+    describe_counter!(LEASE_RENEWALS, "Lease renewal rounds, by outcome.");
+    describe_counter!(LEASE_LOSSES, "Shard leases lost to another node.");
+    describe_counter!(
+        SHARD_TAKEOVERS,
+        "Expired shards taken over from another node."
+    );
+    describe_counter!(SHARD_ACQUISITIONS, "Shards acquired.");
+    describe_counter!(SHARD_RELEASES, "Shards released.");
+    describe_histogram!(
+        FAILOVER_GAP,
+        Unit::Seconds,
+        "Time a taken-over shard had no renewing owner."
+    );
+    describe_gauge!(SHARDS_OWNED, "Shards held by this node.");
+    describe_gauge!(CLUSTER_LIVE_NODES, "Live nodes seen by this node.");
 }

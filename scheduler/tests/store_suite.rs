@@ -7,11 +7,12 @@ use chime_consumer::protocol::{
     AckMessage, PROTOCOL_VERSION, ResultMessage, TaskError, TaskOutcome,
 };
 use chime_scheduler::{
+    cluster::{DEFAULT_SHARD_COUNT, shard_of},
     domain::{
         DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
         RunTrigger, Schedule, Target, duration::HumanDuration, schedule::ScheduleSpec,
     },
-    store::{JobPage, ReplyEffect, RunPage, Store, StoreError},
+    store::{Firing, JobPage, ReplyEffect, RunPage, Store, StoreError},
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
@@ -42,6 +43,14 @@ fn spec(name: &str, schedule: serde_json::Value) -> JobSpec {
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
         },
+    }
+}
+
+/// An unfenced fire by one node (the single-node form; fencing has its own suite).
+fn firing() -> Firing {
+    Firing {
+        node: "node-a".into(),
+        fence: None,
     }
 }
 
@@ -153,7 +162,10 @@ async fn update_keeps_next_fire_a_fire_advanced(store: &dyn Store) {
     let job = every_second("a", now);
     store.insert_job(&job).await.unwrap();
     let fired_at = now + Duration::milliseconds(1001);
-    store.fire(&[job.id], fired_at, GRACE).await.unwrap();
+    store
+        .fire(&[job.id], fired_at, GRACE, &firing())
+        .await
+        .unwrap();
     // An API update computed from the job as read before the fire.
     let mut new_spec = job.spec.clone();
     new_spec.settings.payload = json!(null);
@@ -176,7 +188,7 @@ async fn delete_removes_job_and_runs(store: &dyn Store) {
     let job = every_second("a", now);
     store.insert_job(&job).await.unwrap();
     let batch = store
-        .fire(&[job.id], now + Duration::seconds(1), GRACE)
+        .fire(&[job.id], now + Duration::seconds(1), GRACE, &firing())
         .await
         .unwrap();
     let run_id = batch.recorded[0].task_id;
@@ -197,7 +209,7 @@ async fn due_jobs_pages_by_time_and_skips_paused(store: &dyn Store) {
     }
     let horizon = now + Duration::seconds(10);
     let start = (t("1970-01-01T00:00:00Z"), Uuid::nil());
-    let due = store.due_jobs(start, horizon, 10).await.unwrap();
+    let due = store.due_jobs(start, horizon, 10, None).await.unwrap();
     assert_eq!(
         due,
         vec![
@@ -205,10 +217,10 @@ async fn due_jobs_pages_by_time_and_skips_paused(store: &dyn Store) {
             (b.id, now + Duration::seconds(2))
         ]
     );
-    let page = store.due_jobs(start, horizon, 1).await.unwrap();
+    let page = store.due_jobs(start, horizon, 1, None).await.unwrap();
     assert_eq!(page, vec![(a.id, now + Duration::seconds(1))]);
     let next = store
-        .due_jobs((page[0].1, page[0].0), horizon, 1)
+        .due_jobs((page[0].1, page[0].0), horizon, 1, None)
         .await
         .unwrap();
     assert_eq!(next, vec![(b.id, now + Duration::seconds(2))]);
@@ -220,7 +232,7 @@ async fn fire_records_each_fire_once(store: &dyn Store) {
     store.insert_job(&job).await.unwrap();
     let at = now + Duration::milliseconds(1003);
 
-    let batch = store.fire(&[job.id], at, GRACE).await.unwrap();
+    let batch = store.fire(&[job.id], at, GRACE, &firing()).await.unwrap();
     assert_eq!(batch.recorded.len(), 1);
     let task = &batch.recorded[0];
     assert_eq!(task.fire_time, now + Duration::seconds(1));
@@ -234,7 +246,7 @@ async fn fire_records_each_fire_once(store: &dyn Store) {
         vec![(job.id, Some(now + Duration::seconds(2)))]
     );
 
-    let again = store.fire(&[job.id], at, GRACE).await.unwrap();
+    let again = store.fire(&[job.id], at, GRACE, &firing()).await.unwrap();
     assert!(again.recorded.is_empty(), "not due any more");
 
     let run = store.get_run(task.task_id).await.unwrap().unwrap();
@@ -256,7 +268,7 @@ async fn concurrent_fires_of_one_job_record_it_once(store: Arc<dyn Store>) {
     let fires: Vec<_> = (0..4)
         .map(|_| {
             let store = store.clone();
-            tokio::spawn(async move { store.fire(&[job.id], at, GRACE).await.unwrap() })
+            tokio::spawn(async move { store.fire(&[job.id], at, GRACE, &firing()).await.unwrap() })
         })
         .collect();
     let mut recorded = 0;
@@ -293,7 +305,7 @@ async fn fire_applies_the_misfire_policy(store: &dyn Store) {
     }
     let later = now + Duration::seconds(60) + Duration::milliseconds(500);
     let batch = store
-        .fire(&[catch_up.id, skip.id, once.id], later, GRACE)
+        .fire(&[catch_up.id, skip.id, once.id], later, GRACE, &firing())
         .await
         .unwrap();
     let count = |id: Uuid| batch.recorded.iter().filter(|t| t.job_id == id).count();
@@ -313,7 +325,12 @@ async fn fire_ignores_paused_and_deleted_jobs(store: &dyn Store) {
     store.insert_job(&paused).await.unwrap();
     let gone = Uuid::now_v7();
     let batch = store
-        .fire(&[paused.id, gone], now + Duration::seconds(3), GRACE)
+        .fire(
+            &[paused.id, gone],
+            now + Duration::seconds(3),
+            GRACE,
+            &firing(),
+        )
         .await
         .unwrap();
     assert!(batch.recorded.is_empty());
@@ -326,7 +343,7 @@ async fn one_shot_fires_once_and_finishes(store: &dyn Store) {
     let job = Job::new(spec("once", json!({"at": "2026-11-21T10:00:05Z"})), now);
     store.insert_job(&job).await.unwrap();
     let batch = store
-        .fire(&[job.id], now + Duration::seconds(5), GRACE)
+        .fire(&[job.id], now + Duration::seconds(5), GRACE, &firing())
         .await
         .unwrap();
     assert_eq!(batch.recorded.len(), 1);
@@ -337,7 +354,7 @@ async fn one_shot_fires_once_and_finishes(store: &dyn Store) {
     );
     assert!(
         store
-            .fire(&[job.id], now + Duration::seconds(6), GRACE)
+            .fire(&[job.id], now + Duration::seconds(6), GRACE, &firing())
             .await
             .unwrap()
             .recorded
@@ -350,7 +367,7 @@ async fn replies_move_runs_through_their_states(store: &dyn Store) {
     let job = every_second("a", now);
     store.insert_job(&job).await.unwrap();
     let batch = store
-        .fire(&[job.id], now + Duration::seconds(2), GRACE)
+        .fire(&[job.id], now + Duration::seconds(2), GRACE, &firing())
         .await
         .unwrap();
     let (first, second) = (batch.recorded[0].task_id, batch.recorded[1].task_id);
@@ -439,7 +456,12 @@ async fn runs_page_newest_first(store: &dyn Store) {
     job.spec.settings.misfire = MisfirePolicy::CatchUp;
     store.insert_job(&job).await.unwrap();
     store
-        .fire(&[job.id], now + Duration::seconds(5), Duration::seconds(10))
+        .fire(
+            &[job.id],
+            now + Duration::seconds(5),
+            Duration::seconds(10),
+            &firing(),
+        )
         .await
         .unwrap();
     let page = store
@@ -482,7 +504,7 @@ async fn manual_runs_and_unconfirmed_runs(store: &dyn Store) {
         "same fire, same id"
     );
     let batch = store
-        .fire(&[job.id], now + Duration::seconds(1), GRACE)
+        .fire(&[job.id], now + Duration::seconds(1), GRACE, &firing())
         .await
         .unwrap();
     store
@@ -500,7 +522,7 @@ async fn manual_runs_and_unconfirmed_runs(store: &dyn Store) {
         .unwrap();
     assert_eq!(still, [manual.id].into_iter().collect());
     let pending = store
-        .unconfirmed_runs(now + Duration::seconds(30), 10)
+        .unconfirmed_runs(now + Duration::seconds(30), 10, None)
         .await
         .unwrap();
     assert_eq!(pending.len(), 1);
@@ -508,12 +530,117 @@ async fn manual_runs_and_unconfirmed_runs(store: &dyn Store) {
     assert_eq!(pending[0].group, "orders");
     assert_eq!(pending[0].payload, json!({"m": 1}));
     assert!(
-        store.unconfirmed_runs(now, 10).await.unwrap().is_empty(),
+        store
+            .unconfirmed_runs(now, 10, None)
+            .await
+            .unwrap()
+            .is_empty(),
         "too recent"
     );
     let run = store.get_run(manual.id).await.unwrap().unwrap();
     assert_eq!(run.error.as_deref(), Some("unroutable: NO_ROUTE"));
     assert_eq!(run.trigger, RunTrigger::Manual);
+}
+
+async fn overlap_forbid_skips_fires_while_a_run_is_unfinished(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut spec = spec("exclusive", json!({"every": "1s"}));
+    spec.settings.overlap = OverlapPolicy::Forbid;
+    let job = Job::new(spec, now);
+    store.insert_job(&job).await.unwrap();
+    let first = store
+        .fire(&[job.id], now + Duration::seconds(1), GRACE, &firing())
+        .await
+        .unwrap();
+    assert_eq!(first.recorded.len(), 1);
+    assert!(first.skipped_overlap.is_empty());
+    let run_id = first.recorded[0].task_id;
+    assert_eq!(
+        store
+            .get_run(run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .fired_by
+            .as_deref(),
+        Some("node-a")
+    );
+
+    let second = store
+        .fire(&[job.id], now + Duration::seconds(2), GRACE, &firing())
+        .await
+        .unwrap();
+    assert!(second.recorded.is_empty(), "the first run is unfinished");
+    assert_eq!(second.skipped_overlap, vec![job.id]);
+    assert_eq!(
+        second.next_fire,
+        vec![(job.id, Some(now + Duration::seconds(3)))],
+        "the schedule still advances"
+    );
+
+    let result = ResultMessage {
+        v: PROTOCOL_VERSION,
+        task_id: run_id,
+        attempt: 1,
+        consumer: "w1".into(),
+        finished_at: now + Duration::seconds(2),
+        replayed: false,
+        outcome: TaskOutcome::Succeeded { output: None },
+    };
+    store.record_result(&result).await.unwrap();
+    let third = store
+        .fire(&[job.id], now + Duration::seconds(3), GRACE, &firing())
+        .await
+        .unwrap();
+    assert_eq!(third.recorded.len(), 1, "fires again once the run finished");
+}
+
+async fn queries_filter_by_shard(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("sharded", now);
+    store.insert_job(&job).await.unwrap();
+    let shard = shard_of(job.id, DEFAULT_SHARD_COUNT);
+    let other = (shard + 1) % DEFAULT_SHARD_COUNT;
+    let start = (DateTime::<Utc>::UNIX_EPOCH, Uuid::nil());
+    let horizon = now + Duration::seconds(10);
+    let mine = store
+        .due_jobs(start, horizon, 10, Some(&[shard]))
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 1);
+    let theirs = store
+        .due_jobs(start, horizon, 10, Some(&[other]))
+        .await
+        .unwrap();
+    assert!(theirs.is_empty());
+    assert!(
+        store
+            .due_jobs(start, horizon, 10, Some(&[]))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    store
+        .fire(&[job.id], now + Duration::seconds(1), GRACE, &firing())
+        .await
+        .unwrap();
+    let later = now + Duration::seconds(60);
+    assert_eq!(
+        store
+            .unconfirmed_runs(later, 10, Some(&[shard]))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        store
+            .unconfirmed_runs(later, 10, Some(&[other]))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 macro_rules! store_suite {
@@ -573,5 +700,7 @@ store_suite!(
         replies_move_runs_through_their_states,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,
+        overlap_forbid_skips_fires_while_a_run_is_unfinished,
+        queries_filter_by_shard,
     ]
 );

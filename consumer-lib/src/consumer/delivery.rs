@@ -47,7 +47,12 @@ pub(super) async fn process(delivery: Delivery, shared: &Shared, replies: &Reply
         }
     };
     let _one_at_a_time = shared.key_locks.lock(task.task_id).await;
-    let ctx = TaskContext::new(task, shared.settings.instance.clone());
+    let publisher = delivery
+        .properties
+        .app_id()
+        .as_ref()
+        .map(|id| id.to_string());
+    let ctx = TaskContext::new(task, shared.settings.instance.clone()).with_publisher(publisher);
     let give_up_at = tokio::time::Instant::now() + MAX_STORE_WAIT;
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     let outcome = loop {

@@ -164,11 +164,7 @@ fn parse_misfire(policy: Option<&str>) -> Result<MisfirePolicy, ApiError> {
 fn parse_overlap(policy: Option<&str>) -> Result<OverlapPolicy, ApiError> {
     match policy {
         None | Some("allow") => Ok(OverlapPolicy::Allow),
-        Some("forbid") => Err(ApiError::field(
-            ErrorCode::Unsupported,
-            "overlap",
-            "overlap policy \"forbid\" is not available in this version; use \"allow\"",
-        )),
+        Some("forbid") => Ok(OverlapPolicy::Forbid),
         Some(other) => Err(ApiError::field(
             ErrorCode::InvalidField,
             "overlap",
@@ -288,6 +284,8 @@ pub struct RunResponse {
     pub output: Option<Value>,
     /// Failure reason, or why publishing is pending.
     pub error: Option<String>,
+    /// The scheduler node that recorded the run.
+    pub fired_by: Option<String>,
 }
 
 impl From<&Run> for RunResponse {
@@ -306,6 +304,7 @@ impl From<&Run> for RunResponse {
             dispatched_at: run.dispatched_at.map(timestamp),
             acked_at: run.acked_at.map(timestamp),
             finished_at: run.finished_at.map(timestamp),
+            fired_by: run.fired_by.clone(),
             consumer: run.consumer.clone(),
             output: run.output.clone(),
             error: run.error.clone(),

@@ -173,13 +173,14 @@ pub(super) async fn trigger(
 ) -> Result<impl IntoResponse, ApiError> {
     let job = load(&state, &id).await?;
     let now = Utc::now();
-    let run = Run::new(
+    let mut run = Run::new(
         job.id,
         now,
         RunTrigger::Manual,
         job.spec.settings.payload.clone(),
         now,
     );
+    run.fired_by = Some(state.inner.ownership.node().to_string());
     if state.store().insert_run(&run).await? {
         metrics::counter!(telemetry::FIRES, "trigger" => "manual").increment(1);
         state.inner.dispatch.submit([job.task_message(&run)]);

@@ -3,6 +3,7 @@
 //! Every error is JSON (see [`error`]).
 
 pub mod body;
+pub mod cluster;
 pub mod dto;
 pub mod error;
 mod health;
@@ -20,7 +21,12 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tracing::warn;
 
 use crate::{
-    broker::GroupDeclarer, dispatch::DispatchHandle, domain::Job, store::Store, timer::TimerHandle,
+    broker::GroupDeclarer,
+    cluster::{ClusterSettings, Ownership},
+    dispatch::DispatchHandle,
+    domain::Job,
+    store::{Backend, Store},
+    timer::TimerHandle,
 };
 use error::{ApiError, ErrorCode};
 
@@ -31,7 +37,10 @@ pub struct AppState {
 }
 
 struct Inner {
+    backend: Backend,
     store: Arc<dyn Store>,
+    ownership: Ownership,
+    cluster: ClusterSettings,
     timer: TimerHandle,
     dispatch: DispatchHandle,
     declarer: GroupDeclarer,
@@ -40,10 +49,14 @@ struct Inner {
 }
 
 impl AppState {
-    /// State over a store, the timer and dispatcher handles, a queue declarer, the payload
-    /// limit (bytes of JSON) and the metrics recorder to render.
+    /// State over a store and this node's shard ownership and lease settings, the timer
+    /// and dispatcher handles, a queue declarer, the payload limit (bytes of JSON) and the
+    /// metrics recorder to render.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        store: Arc<dyn Store>,
+        backend: Backend,
+        ownership: Ownership,
+        cluster: ClusterSettings,
         timer: TimerHandle,
         dispatch: DispatchHandle,
         declarer: GroupDeclarer,
@@ -52,7 +65,10 @@ impl AppState {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                store,
+                store: backend.store(),
+                backend,
+                ownership,
+                cluster,
                 timer,
                 dispatch,
                 declarer,
@@ -95,6 +111,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/trigger", post(jobs::trigger))
         .route("/v1/jobs/{id}/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::get))
+        .route("/v1/cluster", get(cluster::status))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -23,6 +23,9 @@ struct Args {
     /// HTTP listen address. Env CHIME_HTTP_ADDR.
     #[arg(long, value_name = "ADDR")]
     http_addr: Option<String>,
+    /// This node's name in the cluster. Env CHIME_NODE_NAME.
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
     /// Log format, text or json. Env CHIME_LOG_FORMAT.
     #[arg(long, value_name = "FORMAT")]
     log_format: Option<String>,
@@ -40,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
         .flag("database_url", args.database_url.as_deref())
         .flag("amqp_url", args.amqp_url.as_deref())
         .flag("http_addr", args.http_addr.as_deref())
+        .flag("node_name", args.node_name.as_deref())
         .flag("log_format", args.log_format.as_deref())
         .build()?;
     telemetry::init_tracing(config.log_format, &config.log);

@@ -10,7 +10,10 @@ use std::io::Write;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::api::dto::{JobResponse, ListResponse, RunResponse};
+use crate::api::{
+    cluster::ClusterResponse,
+    dto::{JobResponse, ListResponse, RunResponse},
+};
 pub use client::{Client, ClientError};
 use job_args::AddArgs;
 
@@ -43,6 +46,8 @@ pub enum Command {
     /// Inspect runs (fires) of jobs.
     #[command(subcommand)]
     Run(RunCommand),
+    /// Show the cluster's nodes and which shards each holds.
+    Cluster,
 }
 
 /// `chimectl job ...`. JOB is a job id, `app/name`, or a name in app `default`.
@@ -111,6 +116,14 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
     match cli.command {
         Command::Job(command) => job(&client, command, json, out).await,
         Command::Run(command) => runs(&client, command, json, out).await,
+        Command::Cluster => {
+            let status: ClusterResponse = client.get("/v1/cluster").await?;
+            if json {
+                write_json(out, &status)
+            } else {
+                write!(out, "{}", table::cluster(&status)).context("writing output")
+            }
+        }
     }
 }
 

@@ -2,7 +2,10 @@
 
 use comfy_table::{Table, presets::NOTHING};
 
-use crate::api::dto::{JobResponse, RunResponse};
+use crate::api::{
+    cluster::ClusterResponse,
+    dto::{JobResponse, RunResponse},
+};
 
 fn table(header: &[&str]) -> Table {
     let mut table = Table::new();
@@ -145,6 +148,7 @@ pub fn run_detail(run: &RunResponse) -> String {
         ("acked_at", or_dash(run.acked_at.as_deref())),
         ("finished_at", or_dash(run.finished_at.as_deref())),
         ("consumer", or_dash(run.consumer.as_deref())),
+        ("fired_by", or_dash(run.fired_by.as_deref())),
         ("payload", run.payload.to_string()),
         (
             "output",
@@ -156,4 +160,71 @@ pub fn run_detail(run: &RunResponse) -> String {
         t.add_row(vec![key.to_string(), value]);
     }
     format!("{t}\n")
+}
+
+/// The cluster: one line per node, with its shards as ranges.
+pub fn cluster(status: &ClusterResponse) -> String {
+    let mut t = table(&["NODE", "LIVE", "SHARDS", "RANGES", "HEARTBEAT", "ADDRESS"]);
+    for node in &status.nodes {
+        let this = if node.id == status.this_node {
+            " *"
+        } else {
+            ""
+        };
+        t.add_row(vec![
+            format!("{}{this}", node.id),
+            if node.live { "yes" } else { "no" }.to_string(),
+            node.shards.len().to_string(),
+            shorten(&ranges(&node.shards), 60),
+            node.heartbeat_at.clone(),
+            if node.http_addr.is_empty() {
+                "-".into()
+            } else {
+                node.http_addr.clone()
+            },
+        ]);
+    }
+    let unowned = if status.unowned_shards.is_empty() {
+        String::new()
+    } else {
+        format!("unowned shards: {}\n", ranges(&status.unowned_shards))
+    };
+    format!(
+        "{} store, {} shards, lease TTL {}s (* = the node that answered)\n{t}\n{unowned}",
+        status.backend, status.shard_count, status.lease_ttl_s
+    )
+}
+
+/// `0-3,7,9-10` for [0, 1, 2, 3, 7, 9, 10].
+pub fn ranges(shards: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut iter = shards.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end = iter.next().expect("peeked");
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+#[cfg(test)]
+mod cluster_tests {
+    use super::ranges;
+
+    #[test]
+    fn shard_ranges_are_compact() {
+        assert_eq!(ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3,7,9-10");
+        assert_eq!(ranges(&[]), "-");
+        assert_eq!(ranges(&[5]), "5");
+    }
 }

@@ -31,6 +31,7 @@ impl Dispatcher {
     pub(super) async fn publish_next_batch(&mut self, channel: &Channel) -> Result<(), String> {
         let take = self.pending.len().min(MAX_BATCH);
         let batch: Vec<Outgoing> = self.pending.drain(..take).collect();
+        let batch = self.drop_unowned(batch);
         let mut batch = self.withdraw_stale(batch).await;
         let result = self.publish(channel, &mut batch).await;
         let retry = match &result {
@@ -46,6 +47,27 @@ impl Dispatcher {
         }
         metrics::gauge!(telemetry::DISPATCH_PENDING).set(self.pending.len() as f64);
         result.map_err(|broken| broken.reason)
+    }
+
+    /// Drops fenced tasks whose shard lease this node no longer trusts; their runs stay
+    /// `scheduled` for the shard's owner to publish.
+    fn drop_unowned(&mut self, batch: Vec<Outgoing>) -> Vec<Outgoing> {
+        let leases = self.ownership.current();
+        let now = std::time::Instant::now();
+        let (keep, unowned): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|o| !o.fenced || leases.trusts(self.ownership.shard_of(o.task.job_id), now));
+        if !unowned.is_empty() {
+            warn!(
+                tasks = unowned.len(),
+                "not publishing tasks of shards this node no longer trusts"
+            );
+            metrics::counter!(telemetry::DISPATCH_UNOWNED).increment(unowned.len() as u64);
+            for outgoing in &unowned {
+                self.queued.remove(&outgoing.task.task_id);
+            }
+        }
+        keep
     }
 
     /// Drops tasks whose runs are no longer `scheduled` (confirmed meanwhile, or their job
@@ -96,7 +118,7 @@ impl Dispatcher {
                 .with_delivery_mode(2)
                 .with_message_id(task.task_id.to_string().into())
                 .with_timestamp(published_at.timestamp() as u64)
-                .with_app_id("chimed".into());
+                .with_app_id(self.ownership.node().into());
             let confirm = channel
                 .basic_publish(
                     topology::TASK_EXCHANGE.into(),

@@ -3,6 +3,11 @@
 //! confirm (an ack with no returned message); an unroutable or nacked task is noted on the
 //! run and left `scheduled`, so the reconciler publishes it again. The dispatcher survives
 //! broker outages: it reconnects with backoff and keeps every task it was given.
+//!
+//! Scheduled fires and re-publishes are *fenced*: they are published only while this node
+//! still trusts the lease of the job's shard, checked just before each batch. A task whose
+//! shard was lost is dropped here — its run stays `scheduled`, and the shard's new owner
+//! publishes it — so a node that wakes from a stall publishes nothing for shards it lost.
 
 mod batch;
 
@@ -25,7 +30,7 @@ use chime_consumer::backoff::Backoff;
 
 use chime_consumer::protocol::TaskMessage;
 
-use crate::{broker, store::Store, telemetry};
+use crate::{broker, cluster::Ownership, store::Store, telemetry};
 
 /// Most tasks published before their confirms are awaited together.
 const MAX_BATCH: usize = 1000;
@@ -47,6 +52,8 @@ pub struct Outgoing {
     pub first: bool,
     /// When it was handed over.
     pub since: std::time::Instant,
+    /// Whether it may only be published while this node trusts its shard's lease.
+    pub fenced: bool,
 }
 
 /// Hands tasks to the dispatcher. Cheap to clone.
@@ -57,24 +64,29 @@ pub struct DispatchHandle {
 }
 
 impl DispatchHandle {
-    /// Queues runs just recorded.
+    /// Queues runs just recorded outside any shard lease (manual triggers: whichever node
+    /// recorded the run publishes it).
     pub fn submit(&self, tasks: impl IntoIterator<Item = TaskMessage>) {
-        for task in tasks {
-            let _ = self.tx.send(Outgoing {
-                task,
-                first: true,
-                since: std::time::Instant::now(),
-            });
-        }
+        self.send(tasks, true, false);
     }
 
-    /// Queues recorded runs that were never confirmed, to publish again.
+    /// Queues scheduled fires just recorded under their shards' leases.
+    pub fn submit_fenced(&self, tasks: impl IntoIterator<Item = TaskMessage>) {
+        self.send(tasks, true, true);
+    }
+
+    /// Queues recorded runs that were never confirmed, to publish again (fenced).
     pub fn resubmit(&self, tasks: impl IntoIterator<Item = TaskMessage>) {
+        self.send(tasks, false, true);
+    }
+
+    fn send(&self, tasks: impl IntoIterator<Item = TaskMessage>, first: bool, fenced: bool) {
         for task in tasks {
             let _ = self.tx.send(Outgoing {
                 task,
-                first: false,
+                first,
                 since: std::time::Instant::now(),
+                fenced,
             });
         }
     }
@@ -88,6 +100,7 @@ impl DispatchHandle {
 /// The publishing service. Create with [`Dispatcher::new`], run with [`Dispatcher::run`].
 pub struct Dispatcher {
     store: Arc<dyn Store>,
+    ownership: Ownership,
     amqp_url: String,
     rx: mpsc::UnboundedReceiver<Outgoing>,
     connected: Arc<AtomicBool>,
@@ -101,7 +114,11 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// A dispatcher publishing to `amqp_url`, and the handle that feeds it.
-    pub fn new(store: Arc<dyn Store>, amqp_url: impl Into<String>) -> (DispatchHandle, Self) {
+    pub fn new(
+        store: Arc<dyn Store>,
+        ownership: Ownership,
+        amqp_url: impl Into<String>,
+    ) -> (DispatchHandle, Self) {
         let (tx, rx) = mpsc::unbounded_channel();
         let connected = Arc::new(AtomicBool::new(false));
         let handle = DispatchHandle {
@@ -110,6 +127,7 @@ impl Dispatcher {
         };
         let dispatcher = Self {
             store,
+            ownership,
             amqp_url: amqp_url.into(),
             rx,
             connected,

@@ -42,6 +42,9 @@ pub enum OverlapPolicy {
     /// Fire on schedule regardless of earlier runs.
     #[default]
     Allow,
+    /// Skip a fire while the job has a run that is not finished (`scheduled`,
+    /// `dispatched` or `acked`), whichever node recorded it.
+    Forbid,
 }
 
 /// A job's schedule and delivery settings — everything but its identity and pause state.

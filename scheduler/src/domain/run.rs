@@ -128,6 +128,8 @@ pub struct Run {
     pub finished_at: Option<DateTime<Utc>>,
     /// Consumer instance that acked or finished it last.
     pub consumer: Option<String>,
+    /// The scheduler node that recorded it.
+    pub fired_by: Option<String>,
     /// The handler's output.
     pub output: Option<Value>,
     /// Why it failed, or why publishing it did not succeed yet.
@@ -163,6 +165,7 @@ impl Run {
             acked_at: None,
             finished_at: None,
             consumer: None,
+            fired_by: None,
             output: None,
             error: None,
         }

@@ -16,11 +16,11 @@ macro_rules! job_columns {
 macro_rules! run_columns {
     () => {
         "id, job_id, fire_time, shard, shard_total, attempt, state, trigger, payload, created_at, \
-         dispatched_at, acked_at, finished_at, consumer, output, error"
+         dispatched_at, acked_at, finished_at, consumer, output, error, fired_by"
     };
 }
 
-mod postgres;
+pub mod postgres;
 mod sqlite;
 pub mod testing;
 
@@ -32,10 +32,11 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::{AckMessage, ResultMessage, TaskMessage};
 
-use crate::domain::{Job, MisfirePolicy, Run};
+use crate::cluster::DEFAULT_SHARD_COUNT;
+use crate::domain::{Job, MisfirePolicy, OverlapPolicy, Run};
 
 pub use postgres::PostgresStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SingleNodeLock, SqliteStore};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,9 @@ pub enum StoreError {
     /// Applying the embedded migrations failed.
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The store cannot be used by this node (SQLite is single-node).
+    #[error("{0}")]
+    SingleNode(String),
     /// A stored row could not be read back.
     #[error("corrupt {what}: {reason}")]
     Corrupt {
@@ -116,6 +120,33 @@ pub struct RunPage {
     pub limit: u32,
 }
 
+/// A shard and the fencing token its lease was granted with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardToken {
+    /// The shard.
+    pub shard: u32,
+    /// The lease's fencing token.
+    pub token: i64,
+}
+
+impl ShardToken {
+    /// A shard with its token.
+    pub fn new(shard: u32, token: i64) -> Self {
+        Self { shard, token }
+    }
+}
+
+/// Who is firing, and under which leases.
+#[derive(Debug, Clone)]
+pub struct Firing {
+    /// The node recording the runs (stored on each run as `fired_by`).
+    pub node: String,
+    /// The shard leases the fire depends on: the transaction commits fires only for jobs
+    /// whose shard this node still holds with exactly this token, unexpired by the
+    /// database's clock. `None` on a single-node store, where the file lock is the fence.
+    pub fence: Option<Vec<ShardToken>>,
+}
+
 /// What [`Store::fire`] did.
 #[derive(Debug, Default)]
 pub struct FireBatch {
@@ -126,6 +157,12 @@ pub struct FireBatch {
     pub next_fire: Vec<(Uuid, Option<DateTime<Utc>>)>,
     /// The policy of each job that had misfired.
     pub misfired: Vec<MisfirePolicy>,
+    /// Jobs not fired because their shard's lease could not be proven; nothing was
+    /// written for them.
+    pub fenced: Vec<Uuid>,
+    /// Jobs whose fire was skipped because their previous run has not finished (overlap
+    /// policy `forbid`); their schedule advanced.
+    pub skipped_overlap: Vec<Uuid>,
 }
 
 /// What a reply did to its run.
@@ -172,21 +209,25 @@ pub trait Store: Send + Sync + 'static {
 
     /// Active jobs with a next fire time in `(after, before)` in (time, id) order — the
     /// timer's look-ahead query; `after` is a cursor that starts at (earliest, nil).
+    /// `shards` limits it to jobs of those shards (`None`: every shard).
     async fn due_jobs(
         &self,
         after: (DateTime<Utc>, Uuid),
         before: DateTime<Utc>,
         limit: u32,
+        shards: Option<&[u32]>,
     ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError>;
 
-    /// In one transaction: locks the given jobs, records the runs due at `now`
-    /// (see [`Job::fires_due`]; a run id already recorded is skipped), and advances each
-    /// job's next fire time.
+    /// In one transaction: checks `firing`'s fence, locks the given jobs, records the
+    /// runs due at `now` (see [`Job::fires_due`]; a run id already recorded is skipped;
+    /// a job with overlap policy `forbid` and an unfinished run fires nothing), and
+    /// advances each job's next fire time. Jobs outside the fence are left untouched.
     async fn fire(
         &self,
         job_ids: &[Uuid],
         now: DateTime<Utc>,
         grace: Duration,
+        firing: &Firing,
     ) -> Result<FireBatch, StoreError>;
 
     /// Records one run (a manual trigger); false if a run with its id exists.
@@ -216,20 +257,54 @@ pub trait Store: Send + Sync + 'static {
     async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError>;
 
     /// Runs still `scheduled` that were recorded before `before`, oldest first: their
-    /// publish failed or the node stopped between commit and confirm.
+    /// publish failed or the node stopped between commit and confirm. `shards` limits it
+    /// to runs of jobs in those shards (`None`: every shard).
     async fn unconfirmed_runs(
         &self,
         before: DateTime<Utc>,
         limit: u32,
+        shards: Option<&[u32]>,
     ) -> Result<Vec<TaskMessage>, StoreError>;
 }
 
-/// Opens the store at `url` (`sqlite://FILE` or `postgres://...`) and applies migrations.
+/// Opens the store at `url` (`sqlite://FILE` or `postgres://...`) and applies migrations;
+/// a new PostgreSQL cluster gets the default shard count.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match open_backend(url, DEFAULT_SHARD_COUNT).await? {
+        Backend::Sqlite(store) => Arc::new(store),
+        Backend::Postgres(store) => Arc::new(store),
+    })
+}
+
+/// A store with its concrete backend, for what only one backend does: PostgreSQL
+/// coordinates a cluster, SQLite is locked to one node.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// The embedded single-node store.
+    Sqlite(SqliteStore),
+    /// The clustered store.
+    Postgres(PostgresStore),
+}
+
+impl Backend {
+    /// The store behind the common trait.
+    pub fn store(&self) -> Arc<dyn Store> {
+        match self {
+            Backend::Sqlite(store) => Arc::new(store.clone()),
+            Backend::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+}
+
+/// Opens the backend at `url`; a new PostgreSQL cluster is created with `shard_count`
+/// shards (an existing one keeps its own).
+pub async fn open_backend(url: &str, shard_count: u32) -> Result<Backend, StoreError> {
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::open(url).await?))
+        Ok(Backend::Sqlite(SqliteStore::open(url).await?))
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Ok(Arc::new(PostgresStore::open(url).await?))
+        Ok(Backend::Postgres(
+            PostgresStore::open(url, shard_count).await?,
+        ))
     } else {
         Err(StoreError::UnsupportedUrl(url.to_string()))
     }
@@ -246,12 +321,16 @@ pub(crate) struct FirePlanBatch {
 }
 
 /// Runs the locked job rows through [`Job::fires_due`]; shared by both backends' fire
-/// transactions. `requested` ids with no row (deleted jobs) leave the timer.
+/// transactions. `requested` ids with no row (deleted jobs) leave the timer. Jobs in
+/// `busy` have an unfinished run: if their overlap policy is `forbid`, their due fires
+/// are skipped (the schedule still advances). Runs are stamped with `node`.
 pub(crate) fn plan_batch(
     requested: &[Uuid],
     jobs: &[Job],
+    busy: &HashSet<Uuid>,
     now: DateTime<Utc>,
     grace: Duration,
+    node: &str,
 ) -> FirePlanBatch {
     let mut plan = FirePlanBatch {
         runs: Vec::new(),
@@ -259,7 +338,14 @@ pub(crate) fn plan_batch(
         batch: FireBatch::default(),
     };
     for job in jobs {
-        let fires = job.fires_due(now, grace);
+        let mut fires = job.fires_due(now, grace);
+        if !fires.runs.is_empty()
+            && job.spec.settings.overlap == OverlapPolicy::Forbid
+            && busy.contains(&job.id)
+        {
+            fires.runs.clear();
+            plan.batch.skipped_overlap.push(job.id);
+        }
         if fires.misfired {
             plan.batch.misfired.push(job.spec.settings.misfire);
         }
@@ -269,7 +355,8 @@ pub(crate) fn plan_batch(
         plan.batch
             .next_fire
             .push((job.id, fires.next_fire_at.filter(|_| !job.spec.paused)));
-        plan.runs.extend(fires.runs.into_iter().map(|run| {
+        plan.runs.extend(fires.runs.into_iter().map(|mut run| {
+            run.fired_by = Some(node.to_string());
             let task = job.task_message(&run);
             (run, task)
         }));

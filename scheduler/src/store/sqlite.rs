@@ -2,7 +2,7 @@
 //! and `BEGIN IMMEDIATE` for every write transaction so writers queue instead of failing
 //! with "database is locked". Instants are stored as unix milliseconds.
 
-use std::{collections::HashSet, str::FromStr, time::Duration as StdDuration};
+use std::{collections::HashSet, path::PathBuf, str::FromStr, time::Duration as StdDuration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -20,21 +20,33 @@ use chime_consumer::protocol::{
 };
 
 use super::{
-    FireBatch, JobPage, ReplyEffect, RunPage, Store, StoreError, corrupt, decode_jobs,
+    FireBatch, Firing, JobPage, ReplyEffect, RunPage, Store, StoreError, corrupt, decode_jobs,
     job_write_error, plan_batch,
 };
+use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{Job, JobSpec, Run, RunState, RunTrigger};
 
 /// Jobs and runs in a SQLite file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    file: Option<PathBuf>,
+}
+
+/// Held while a `chimed` runs on a SQLite file: an exclusive OS lock on `FILE.lock`,
+/// released by the kernel when the process exits, however it exits.
+#[derive(Debug)]
+pub struct SingleNodeLock {
+    _file: std::fs::File,
 }
 
 impl SqliteStore {
     /// Opens (creating if missing) the database at `url` and applies migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)?
+        let options = SqliteConnectOptions::from_str(url)?;
+        let file = Some(options.get_filename().to_path_buf())
+            .filter(|path| !path.as_os_str().is_empty() && path.as_os_str() != ":memory:");
+        let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
@@ -45,8 +57,70 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        Ok(Self { pool })
+        let store = Self { pool, file };
+        store.backfill_shards().await?;
+        Ok(store)
     }
+
+    /// Takes the file's single-node lock: SQLite cannot coordinate nodes, so a second
+    /// `chimed` on the same file is refused instead of firing everything twice.
+    pub fn lock_single_node(&self) -> Result<SingleNodeLock, StoreError> {
+        let Some(db) = &self.file else {
+            return Err(StoreError::SingleNode(
+                "an in-memory SQLite store cannot be shared; nothing to lock".into(),
+            ));
+        };
+        let mut lock_path = db.clone().into_os_string();
+        lock_path.push(".lock");
+        let lock_path = PathBuf::from(lock_path);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| {
+                StoreError::SingleNode(format!("cannot open {}: {e}", lock_path.display()))
+            })?;
+        match file.try_lock() {
+            Ok(()) => Ok(SingleNodeLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::SingleNode(format!(
+                "another chimed is already running on {} (it holds {}); SQLite is single-node: \
+                 stop it, or use PostgreSQL (CHIME_DATABASE_URL=postgres://...) to run a cluster",
+                db.display(),
+                lock_path.display()
+            ))),
+            Err(std::fs::TryLockError::Error(e)) => Err(StoreError::SingleNode(format!(
+                "cannot lock {}: {e}",
+                lock_path.display()
+            ))),
+        }
+    }
+
+    /// Gives jobs created before shards existed their shard.
+    async fn backfill_shards(&self) -> Result<(), StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM jobs WHERE shard IS NULL")
+            .fetch_all(&self.pool)
+            .await?;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        for id in ids {
+            let shard = shard_of(uuid("job", &id)?, DEFAULT_SHARD_COUNT);
+            sqlx::query("UPDATE jobs SET shard = ? WHERE id = ?")
+                .bind(shard)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// A shard list as the JSON array `json_each` reads; `None` means every shard.
+fn shard_list(shards: Option<&[u32]>) -> Option<String> {
+    shards.map(|s| serde_json::to_string(s).expect("numbers serialise"))
 }
 
 fn ms(t: DateTime<Utc>) -> i64 {
@@ -114,6 +188,7 @@ fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
         acked_at: opt_instant(&what, row.try_get("acked_at")?)?,
         finished_at: opt_instant(&what, row.try_get("finished_at")?)?,
         consumer: row.try_get("consumer")?,
+        fired_by: row.try_get("fired_by")?,
         output: output.map(|o| json(&what, &o)).transpose()?,
         error: row.try_get("error")?,
     })
@@ -130,7 +205,7 @@ async fn insert_run<'e, E: Executor<'e, Database = Sqlite>>(
     let inserted = sqlx::query(concat!(
         "INSERT INTO runs (",
         run_columns!(),
-        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
     ))
     .bind(run.id.to_string())
     .bind(run.job_id.to_string())
@@ -148,6 +223,7 @@ async fn insert_run<'e, E: Executor<'e, Database = Sqlite>>(
     .bind(&run.consumer)
     .bind(run.output.as_ref().map(Value::to_string))
     .bind(&run.error)
+    .bind(&run.fired_by)
     .execute(executor)
     .await?
     .rows_affected();
@@ -187,7 +263,7 @@ impl Store for SqliteStore {
         let result = sqlx::query(concat!(
             "INSERT INTO jobs (",
             job_columns!(),
-            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ", shard) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         ))
         .bind(job.id.to_string())
         .bind(&job.spec.app)
@@ -198,6 +274,7 @@ impl Store for SqliteStore {
         .bind(opt_ms(job.next_fire_at))
         .bind(ms(job.created_at))
         .bind(ms(job.updated_at))
+        .bind(shard_of(job.id, DEFAULT_SHARD_COUNT))
         .execute(&self.pool)
         .await;
         result.map(|_| ()).map_err(|e| job_write_error(e, job))
@@ -297,17 +374,20 @@ impl Store for SqliteStore {
         after: (DateTime<Utc>, Uuid),
         before: DateTime<Utc>,
         limit: u32,
+        shards: Option<&[u32]>,
     ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, next_fire_at FROM jobs
              WHERE paused = 0 AND next_fire_at IS NOT NULL
-               AND (next_fire_at, id) > (?, ?) AND next_fire_at < ?
-             ORDER BY next_fire_at, id LIMIT ?",
+               AND (next_fire_at, id) > (?1, ?2) AND next_fire_at < ?3
+               AND (?5 IS NULL OR shard IN (SELECT value FROM json_each(?5)))
+             ORDER BY next_fire_at, id LIMIT ?4",
         )
         .bind(ms(after.0))
         .bind(after.1.to_string())
         .bind(ms(before))
         .bind(limit)
+        .bind(shard_list(shards))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -326,7 +406,9 @@ impl Store for SqliteStore {
         job_ids: &[Uuid],
         now: DateTime<Utc>,
         grace: Duration,
+        firing: &Firing,
     ) -> Result<FireBatch, StoreError> {
+        // Single node: the file lock (see `lock_single_node`) is the fence.
         let ids = serde_json::to_string(&job_ids).expect("uuids serialise");
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let jobs = sqlx::query(concat!(
@@ -334,11 +416,23 @@ impl Store for SqliteStore {
             job_columns!(),
             " FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
         ))
-        .bind(ids)
+        .bind(&ids)
         .fetch_all(&mut *tx)
         .await?;
         let jobs = decode_jobs(&jobs, job_from_row);
-        let plan = plan_batch(job_ids, &jobs, now, grace);
+        let busy: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT job_id FROM runs
+             WHERE job_id IN (SELECT value FROM json_each(?))
+               AND state IN ('scheduled', 'dispatched', 'acked')",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let busy = busy
+            .iter()
+            .map(|id| uuid("run", id))
+            .collect::<Result<HashSet<_>, _>>()?;
+        let plan = plan_batch(job_ids, &jobs, &busy, now, grace, &firing.node);
         let mut batch = plan.batch;
         for (run, task) in plan.runs {
             if insert_run(&mut *tx, &run).await? {
@@ -493,16 +587,19 @@ impl Store for SqliteStore {
         &self,
         before: DateTime<Utc>,
         limit: u32,
+        shards: Option<&[u32]>,
     ) -> Result<Vec<TaskMessage>, StoreError> {
         let rows = sqlx::query(
             "SELECT r.id, r.job_id, j.app, j.name, json_extract(j.settings, '$.target.group') AS grp,
                     r.fire_time, r.shard, r.shard_total, r.attempt, r.payload, r.created_at
              FROM runs r JOIN jobs j ON j.id = r.job_id
-             WHERE r.state = 'scheduled' AND r.created_at < ?
-             ORDER BY r.created_at LIMIT ?",
+             WHERE r.state = 'scheduled' AND r.created_at < ?1
+               AND (?3 IS NULL OR j.shard IN (SELECT value FROM json_each(?3)))
+             ORDER BY r.created_at LIMIT ?2",
         )
         .bind(ms(before))
         .bind(limit)
+        .bind(shard_list(shards))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()

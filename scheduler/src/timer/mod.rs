@@ -9,6 +9,11 @@
 //! re-reads the changed job, so concurrent changes cannot leave it with a stale entry
 //! whatever order their notices arrive in. The queue is only a hint: the fire transaction
 //! re-reads each job and fires only what the stored row says is due.
+//!
+//! In a cluster the timer holds only jobs of the shards this node leases ([`Ownership`]).
+//! When the set of shards changes it drops the others and reloads its window; it fires a
+//! job only while its lease is trusted, and the fire transaction re-checks the lease's
+//! fencing token, so a node that lost a shard cannot record a fire for it.
 
 pub mod queue;
 
@@ -23,9 +28,10 @@ use uuid::Uuid;
 use chime_consumer::backoff::Backoff;
 
 use crate::{
+    cluster::{Leases, Ownership},
     dispatch::DispatchHandle,
     domain::Job,
-    store::{Store, StoreError},
+    store::{Firing, Store, StoreError},
     telemetry,
 };
 pub use queue::TimerQueue;
@@ -35,17 +41,33 @@ const FIRE_BATCH: usize = 1000;
 /// Page size of the look-ahead query.
 const REFILL_PAGE: u32 = 1000;
 
+/// How long a job whose lease cannot be proven right now waits before it is tried again
+/// (by then membership has renewed the lease or given the shard up).
+const UNPROVEN_RETRY: chrono::Duration = chrono::Duration::milliseconds(500);
+
+/// What the timer is told.
+#[derive(Debug, Clone, Copy)]
+enum Notice {
+    Job(Uuid),
+    Everything,
+}
+
 /// Tells the timer about job changes. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct TimerHandle {
-    tx: mpsc::UnboundedSender<Uuid>,
+    tx: mpsc::UnboundedSender<Notice>,
 }
 
 impl TimerHandle {
     /// The job was created, changed (including pause and resume) or deleted; call after
     /// the change committed.
     pub fn job_changed(&self, id: Uuid) {
-        let _ = self.tx.send(id);
+        let _ = self.tx.send(Notice::Job(id));
+    }
+
+    /// Changes may have been missed: reload the whole window.
+    pub fn reload_all(&self) {
+        let _ = self.tx.send(Notice::Everything);
     }
 }
 
@@ -62,7 +84,10 @@ pub struct TimerSettings {
 pub struct Timer {
     store: Arc<dyn Store>,
     dispatch: DispatchHandle,
-    rx: mpsc::UnboundedReceiver<Uuid>,
+    ownership: Ownership,
+    /// The leases the queue was loaded for.
+    loaded_for: Arc<Leases>,
+    rx: mpsc::UnboundedReceiver<Notice>,
     queue: TimerQueue,
     lookahead: chrono::Duration,
     grace: chrono::Duration,
@@ -76,12 +101,15 @@ impl Timer {
     pub fn new(
         store: Arc<dyn Store>,
         dispatch: DispatchHandle,
+        ownership: Ownership,
         settings: TimerSettings,
     ) -> (TimerHandle, Self) {
         let (tx, rx) = mpsc::unbounded_channel();
         let timer = Self {
             store,
             dispatch,
+            loaded_for: ownership.current(),
+            ownership,
             rx,
             queue: TimerQueue::new(),
             lookahead: chrono::Duration::from_std(settings.lookahead).expect("bounded lookahead"),
@@ -96,7 +124,19 @@ impl Timer {
     pub async fn run(mut self, cancel: CancellationToken) {
         let refill_every = (self.lookahead / 3).to_std().expect("positive lookahead");
         let mut next_refill = Instant::now();
+        let mut leases = self.ownership.subscribe();
         loop {
+            let current = self.ownership.current();
+            if !current.same_shards(&self.loaded_for) {
+                // Shards came or went: keep only jobs of held shards, then load the window
+                // for the new set (a newly held shard's overdue jobs fire now, following
+                // their misfire policy).
+                let ownership = self.ownership.clone();
+                self.queue
+                    .retain(|job| current.get(ownership.shard_of(job)).is_some());
+                self.loaded_for = current;
+                next_refill = Instant::now();
+            }
             if Instant::now() >= next_refill {
                 next_refill = match self.refill(Utc::now()).await {
                     Ok(()) => Instant::now() + refill_every,
@@ -117,7 +157,11 @@ impl Timer {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => return,
-                Some(job) = self.rx.recv() => self.reload(job).await,
+                Some(notice) = self.rx.recv() => match notice {
+                    Notice::Job(job) => self.reload(job).await,
+                    Notice::Everything => next_refill = Instant::now(),
+                },
+                Ok(()) = leases.changed() => {}
                 () = tokio::time::sleep_until(wake) => {}
             }
             if self.horizon.is_some() {
@@ -133,6 +177,10 @@ impl Timer {
             let due = self.queue.pop_due(now, FIRE_BATCH);
             if due.is_empty() {
                 break;
+            }
+            let due = self.only_trusted(due, now);
+            if due.is_empty() {
+                continue;
             }
             match self.fire(&due, now).await {
                 Ok(n) => recorded += n,
@@ -153,9 +201,51 @@ impl Timer {
         recorded
     }
 
+    /// Keeps the jobs whose shard lease is trusted; jobs of held but unproven shards wait
+    /// a moment, jobs of shards not held leave the queue.
+    fn only_trusted(&mut self, due: Vec<Uuid>, now: DateTime<Utc>) -> Vec<Uuid> {
+        let leases = self.ownership.current();
+        let at = std::time::Instant::now();
+        let mut trusted = Vec::with_capacity(due.len());
+        for job in due {
+            let shard = self.ownership.shard_of(job);
+            if leases.trusts(shard, at) {
+                trusted.push(job);
+            } else if leases.get(shard).is_some() {
+                self.queue.set(job, Some(now + UNPROVEN_RETRY));
+            }
+        }
+        trusted
+    }
+
     async fn fire(&mut self, jobs: &[Uuid], now: DateTime<Utc>) -> Result<usize, StoreError> {
-        let batch = self.store.fire(jobs, now, self.grace).await?;
+        let firing = Firing {
+            node: self.ownership.node().to_string(),
+            fence: self
+                .ownership
+                .current()
+                .fence(jobs.iter().map(|job| self.ownership.shard_of(*job))),
+        };
+        let batch = self.store.fire(jobs, now, self.grace, &firing).await?;
         self.retry.reset();
+        if !batch.fenced.is_empty() {
+            warn!(
+                jobs = batch.fenced.len(),
+                "fire refused: shard lease no longer proven"
+            );
+            metrics::counter!(telemetry::FIRES_FENCED).increment(batch.fenced.len() as u64);
+            for job in &batch.fenced {
+                self.queue.set(*job, Some(now + UNPROVEN_RETRY));
+            }
+        }
+        if !batch.skipped_overlap.is_empty() {
+            debug!(
+                jobs = batch.skipped_overlap.len(),
+                "fires skipped: previous run unfinished"
+            );
+            metrics::counter!(telemetry::FIRES_SKIPPED, "reason" => "overlap")
+                .increment(batch.skipped_overlap.len() as u64);
+        }
         for policy in &batch.misfired {
             metrics::counter!(telemetry::MISFIRES, "policy" => policy.as_str()).increment(1);
         }
@@ -165,7 +255,7 @@ impl Timer {
         let recorded = batch.recorded.len();
         metrics::counter!(telemetry::FIRES, "trigger" => "schedule").increment(recorded as u64);
         debug!(jobs = jobs.len(), recorded, "fired");
-        self.dispatch.submit(batch.recorded);
+        self.dispatch.submit_fenced(batch.recorded);
         Ok(recorded)
     }
 
@@ -173,10 +263,15 @@ impl Timer {
     pub async fn refill(&mut self, now: DateTime<Utc>) -> Result<(), StoreError> {
         let new_horizon = now + self.lookahead;
         let mut cursor = (DateTime::<Utc>::UNIX_EPOCH, Uuid::nil());
+        let shards = self.ownership.shard_filter();
+        if shards.as_ref().is_some_and(Vec::is_empty) {
+            self.horizon = Some(new_horizon);
+            return Ok(());
+        }
         loop {
             let page = self
                 .store
-                .due_jobs(cursor, new_horizon, REFILL_PAGE)
+                .due_jobs(cursor, new_horizon, REFILL_PAGE, shards.as_deref())
                 .await?;
             for (job, at) in &page {
                 self.queue.set(*job, Some(*at));
@@ -206,7 +301,12 @@ impl Timer {
     /// Holds `job` at `at` if that falls inside the loaded window; otherwise the next
     /// refill will load it.
     fn apply(&mut self, job: Uuid, at: Option<DateTime<Utc>>) {
-        let inside = at.filter(|at| self.horizon.is_some_and(|h| *at < h));
+        let held = self
+            .ownership
+            .current()
+            .get(self.ownership.shard_of(job))
+            .is_some();
+        let inside = at.filter(|at| held && self.horizon.is_some_and(|h| *at < h));
         self.queue.set(job, inside);
     }
 }

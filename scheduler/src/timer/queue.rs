@@ -23,6 +23,12 @@ impl TimerQueue {
         Self::default()
     }
 
+    /// Drops every job for which `keep` is false (e.g. jobs of shards no longer held).
+    pub fn retain(&mut self, mut keep: impl FnMut(Uuid) -> bool) {
+        self.due_at.retain(|job, _| keep(*job));
+        self.compact_if_sparse();
+    }
+
     /// Sets when `job` is due; None removes it.
     pub fn set(&mut self, job: Uuid, at: Option<DateTime<Utc>>) {
         match at {

@@ -1,5 +1,8 @@
 //! The PostgreSQL store: the clustered store. Batches use arrays (`= ANY`, `UNNEST`) so a
-//! fire of many jobs is a handful of statements; instants are `timestamptz`.
+//! fire of many jobs is a handful of statements; instants are `timestamptz`. Cluster
+//! coordination (nodes, shard leases, notifications) lives in [`cluster`].
+
+pub mod cluster;
 
 use std::{collections::HashSet, time::Duration as StdDuration};
 
@@ -18,27 +21,52 @@ use chime_consumer::protocol::{
 };
 
 use super::{
-    FireBatch, JobPage, ReplyEffect, RunPage, Store, StoreError, corrupt, decode_jobs,
+    FireBatch, Firing, JobPage, ReplyEffect, RunPage, Store, StoreError, corrupt, decode_jobs,
     job_write_error, plan_batch,
 };
-use crate::domain::{Job, JobSpec, Run, RunState, RunTrigger};
+use crate::cluster::shard_of;
+use crate::domain::{Job, JobSpec, OverlapPolicy, Run, RunState, RunTrigger};
+
+/// A shard list as a PostgreSQL `int[]`; `None` means every shard.
+fn shard_array(shards: Option<&[u32]>) -> Option<Vec<i32>> {
+    shards.map(|s| s.iter().map(|&shard| shard as i32).collect())
+}
 
 /// Jobs and runs in PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    shard_count: u32,
 }
 
 impl PostgresStore {
-    /// Connects to `url` and applies migrations.
-    pub async fn open(url: &str) -> Result<Self, StoreError> {
+    /// Connects to `url`, applies migrations, and creates the cluster with
+    /// `shard_count` shards unless it exists (an existing cluster keeps its count).
+    pub async fn open(url: &str, shard_count: u32) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(StdDuration::from_secs(5))
             .connect(url)
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        Ok(Self { pool })
+        let shard_count = cluster::init(&pool, shard_count).await?;
+        Ok(Self { pool, shard_count })
+    }
+
+    /// The cluster's shard count.
+    pub fn shard_count(&self) -> u32 {
+        self.shard_count
+    }
+
+    /// Tells every node's timer that a job changed (delivered when the caller's statement
+    /// has committed: each write here is its own transaction).
+    async fn notify_job_changed(&self, id: Uuid) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(cluster::JOBS_CHANNEL)
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 }
 
@@ -83,6 +111,7 @@ fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
         acked_at: row.try_get("acked_at")?,
         finished_at: row.try_get("finished_at")?,
         consumer: row.try_get("consumer")?,
+        fired_by: row.try_get("fired_by")?,
         output: row.try_get("output")?,
         error: row.try_get("error")?,
     })
@@ -119,6 +148,7 @@ struct RunColumns {
     trigger: Vec<String>,
     payload: Vec<Value>,
     created_at: Vec<DateTime<Utc>>,
+    fired_by: Vec<Option<String>>,
 }
 
 impl RunColumns {
@@ -133,6 +163,7 @@ impl RunColumns {
         self.trigger.push(run.trigger.as_str().to_string());
         self.payload.push(run.payload.clone());
         self.created_at.push(run.created_at);
+        self.fired_by.push(run.fired_by.clone());
     }
 
     /// Inserts the runs, skipping ids already recorded; returns the ids inserted.
@@ -142,9 +173,10 @@ impl RunColumns {
         }
         let inserted = sqlx::query_scalar(
             "INSERT INTO runs (id, job_id, fire_time, shard, shard_total, attempt, state, trigger,
-                               payload, created_at)
+                               payload, created_at, fired_by)
              SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[],
-                                  $6::int[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[])
+                                  $6::int[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[],
+                                  $11::text[])
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
         )
@@ -158,6 +190,7 @@ impl RunColumns {
         .bind(self.trigger)
         .bind(self.payload)
         .bind(self.created_at)
+        .bind(self.fired_by)
         .fetch_all(conn)
         .await?;
         Ok(inserted)
@@ -179,7 +212,7 @@ impl Store for PostgresStore {
         let result = sqlx::query(concat!(
             "INSERT INTO jobs (",
             job_columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            ", shard) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
         ))
         .bind(job.id)
         .bind(&job.spec.app)
@@ -190,9 +223,11 @@ impl Store for PostgresStore {
         .bind(job.next_fire_at)
         .bind(job.created_at)
         .bind(job.updated_at)
+        .bind(shard_of(job.id, self.shard_count) as i32)
         .execute(&self.pool)
         .await;
-        result.map(|_| ()).map_err(|e| job_write_error(e, job))
+        result.map_err(|e| job_write_error(e, job))?;
+        self.notify_job_changed(job.id).await
     }
 
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
@@ -251,7 +286,10 @@ impl Store for PostgresStore {
         .fetch_optional(&self.pool)
         .await;
         match updated {
-            Ok(Some(row)) => return job_from_row(&row),
+            Ok(Some(row)) => {
+                self.notify_job_changed(job.id).await?;
+                return job_from_row(&row);
+            }
             Ok(None) => {}
             Err(e) => return Err(job_write_error(e, job)),
         }
@@ -275,6 +313,9 @@ impl Store for PostgresStore {
             .execute(&self.pool)
             .await?
             .rows_affected();
+        if deleted == 1 {
+            self.notify_job_changed(id).await?;
+        }
         Ok(deleted == 1)
     }
 
@@ -283,17 +324,20 @@ impl Store for PostgresStore {
         after: (DateTime<Utc>, Uuid),
         before: DateTime<Utc>,
         limit: u32,
+        shards: Option<&[u32]>,
     ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, next_fire_at FROM jobs
              WHERE NOT paused AND next_fire_at IS NOT NULL
                AND (next_fire_at, id) > ($1, $2) AND next_fire_at < $3
+               AND ($5::int[] IS NULL OR shard = ANY($5))
              ORDER BY next_fire_at, id LIMIT $4",
         )
         .bind(after.0)
         .bind(after.1)
         .bind(before)
         .bind(i64::from(limit))
+        .bind(shard_array(shards))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -306,19 +350,51 @@ impl Store for PostgresStore {
         job_ids: &[Uuid],
         now: DateTime<Utc>,
         grace: Duration,
+        firing: &Firing,
     ) -> Result<FireBatch, StoreError> {
         let mut tx = self.pool.begin().await?;
+        let (job_ids, fenced) = match &firing.fence {
+            None => (job_ids.to_vec(), Vec::new()),
+            Some(fence) => {
+                // Share-locking the lease rows makes a takeover wait for this commit, so
+                // a fire either commits under the lease or not at all.
+                let proven = cluster::prove_leases(&mut tx, &firing.node, fence).await?;
+                job_ids
+                    .iter()
+                    .copied()
+                    .partition(|id| proven.contains(&shard_of(*id, self.shard_count)))
+            }
+        };
         let jobs = sqlx::query(concat!(
             "SELECT ",
             job_columns!(),
             " FROM jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE"
         ))
-        .bind(job_ids)
+        .bind(&job_ids)
         .fetch_all(&mut *tx)
         .await?;
         let jobs = decode_jobs(&jobs, job_from_row);
-        let plan = plan_batch(job_ids, &jobs, now, grace);
+        let forbid: Vec<Uuid> = jobs
+            .iter()
+            .filter(|job| job.spec.settings.overlap == OverlapPolicy::Forbid)
+            .map(|job| job.id)
+            .collect();
+        let busy: HashSet<Uuid> = if forbid.is_empty() {
+            HashSet::new()
+        } else {
+            sqlx::query_scalar(
+                "SELECT DISTINCT job_id FROM runs
+                 WHERE job_id = ANY($1) AND state IN ('scheduled', 'dispatched', 'acked')",
+            )
+            .bind(&forbid)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect()
+        };
+        let plan = plan_batch(&job_ids, &jobs, &busy, now, grace, &firing.node);
         let mut batch = plan.batch;
+        batch.fenced = fenced;
         let mut columns = RunColumns::default();
         for (run, _) in &plan.runs {
             columns.push(run);
@@ -467,16 +543,19 @@ impl Store for PostgresStore {
         &self,
         before: DateTime<Utc>,
         limit: u32,
+        shards: Option<&[u32]>,
     ) -> Result<Vec<TaskMessage>, StoreError> {
         let rows = sqlx::query(
             "SELECT r.id, r.job_id, j.app, j.name, j.settings->'target'->>'group' AS grp,
                     r.fire_time, r.shard, r.shard_total, r.attempt, r.payload, r.created_at
              FROM runs r JOIN jobs j ON j.id = r.job_id
              WHERE r.state = 'scheduled' AND r.created_at < $1
+               AND ($3::int[] IS NULL OR j.shard = ANY($3))
              ORDER BY r.created_at LIMIT $2",
         )
         .bind(before)
         .bind(i64::from(limit))
+        .bind(shard_array(shards))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
