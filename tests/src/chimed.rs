@@ -58,14 +58,7 @@ impl Chimed {
 
     async fn start_on(config: ChimedConfig, port: u16) -> Self {
         let log = binaries::scratch_dir("chimed").join("chimed.log");
-        let mut command = Command::new(binaries::binary("chimed"));
-        command
-            .env("CHIME_DATABASE_URL", &config.database_url)
-            .env("CHIME_AMQP_URL", &config.amqp_url)
-            .env("CHIME_HTTP_ADDR", format!("127.0.0.1:{port}"))
-            .env("CHIME_LOG", "info,chime_scheduler=debug")
-            .envs(config.env.iter().map(|(k, v)| (k, v)))
-            .kill_on_drop(true);
+        let mut command = Self::command(&config, port);
         attach_output(&mut command, &log);
         let child = command.spawn().expect("start chimed");
         let api = Api::new(format!("http://127.0.0.1:{port}"));
@@ -133,6 +126,44 @@ impl Chimed {
     pub async fn kill(mut self) {
         signal(&self.child, "KILL");
         let _ = self.child.wait().await;
+    }
+
+    /// Sends `sig` (`STOP`, `CONT`, ...) without waiting.
+    pub fn signal(&self, sig: &str) {
+        signal(&self.child, sig);
+    }
+
+    /// Its node id, as it reports it.
+    pub async fn node_id(&self) -> String {
+        let (status, body) = self.api.call(Method::GET, "/v1/cluster", None).await;
+        assert!(status.is_success(), "GET /v1/cluster: {status} {body}");
+        body["this_node"].as_str().expect("this_node").to_string()
+    }
+
+    /// Runs chimed expecting it to refuse to start: returns its exit status and log.
+    pub async fn start_expecting_exit(config: ChimedConfig) -> (ExitStatus, String) {
+        let port = free_port();
+        let log = binaries::scratch_dir("chimed").join("refused.log");
+        let mut command = Self::command(&config, port);
+        attach_output(&mut command, &log);
+        let mut child = command.spawn().expect("start chimed");
+        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .expect("chimed exits by itself within 30 s")
+            .expect("wait for chimed");
+        (status, std::fs::read_to_string(&log).unwrap_or_default())
+    }
+
+    fn command(config: &ChimedConfig, port: u16) -> Command {
+        let mut command = Command::new(binaries::binary("chimed"));
+        command
+            .env("CHIME_DATABASE_URL", &config.database_url)
+            .env("CHIME_AMQP_URL", &config.amqp_url)
+            .env("CHIME_HTTP_ADDR", format!("127.0.0.1:{port}"))
+            .env("CHIME_LOG", "info,chime_scheduler=debug")
+            .envs(config.env.iter().map(|(k, v)| (k, v)))
+            .kill_on_drop(true);
+        command
     }
 
     /// Starts a new chimed with the same config and port.

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod binaries;
 pub mod chimed;
+pub mod cluster;
 pub mod consumer;
 pub mod vhost;
 pub mod wait;

@@ -44,6 +44,8 @@ fn report(event: &str, ctx: &TaskContext) {
         "fire_time": ctx.fire_time(),
         "instance": ctx.consumer(),
         "payload": ctx.payload(),
+        "publisher": ctx.publisher(),
+        "at_ms": chrono::Utc::now().timestamp_millis(),
     });
     println!("{line}");
 }

@@ -1,0 +1,181 @@
+//! Nodes that die or freeze: SIGKILL under load, SIGSTOP past the lease TTL, and a dead
+//! node's recorded-but-unpublished runs.
+
+use std::time::Duration;
+
+use chime_tests::{
+    api::metric,
+    cluster::{Cluster, GROUP, LEASE_TTL_S},
+};
+use chrono::Utc;
+use reqwest::Method;
+use serde_json::json;
+use sqlx::{Connection, PgConnection};
+use uuid::Uuid;
+
+use crate::{exclusive, failover_bound};
+
+const JOBS: usize = 500;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_one_of_three_nodes_loses_and_doubles_nothing() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, &[]).await;
+    cluster.wait_balanced(3, Duration::from_secs(20)).await;
+    let jobs = cluster.create_jobs(JOBS, json!({})).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let victim = cluster.node(1).node_id().await;
+    let killed_at = Utc::now();
+    cluster.kill(1).await;
+    cluster.wait_balanced(2, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let until = Utc::now() - chrono::Duration::seconds(2);
+
+    let gap = cluster.verify(&jobs, until, failover_bound()).await;
+    eprintln!("measured failover gap (worst recording lateness): {gap:?}");
+    let runs = cluster.runs().await;
+    assert!(
+        runs.iter()
+            .all(|r| r.fired_by.as_deref() != Some(&victim) || r.created_at <= killed_at),
+        "nothing is recorded by the dead node after its death"
+    );
+    let mut taken = 0.0;
+    for slot in [0, 2] {
+        taken += metric(
+            &cluster.node(slot).api.metrics().await,
+            "chime_shard_takeovers_total",
+        );
+    }
+    assert!(
+        taken >= 1.0,
+        "the survivors report taking over the dead node's shards"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_publishes_nothing_for_shards_it_lost() {
+    let _one = exclusive().await;
+    let cluster = Cluster::start(3, &[]).await;
+    cluster.wait_balanced(3, Duration::from_secs(20)).await;
+    let jobs = cluster.create_jobs(300, json!({})).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let frozen = cluster.node(2).node_id().await;
+    let stopped_ms = Utc::now().timestamp_millis();
+    cluster.node(2).signal("STOP");
+    // Past its lease: the others take its shards over.
+    tokio::time::sleep(Duration::from_secs(LEASE_TTL_S + 4)).await;
+    let status = cluster.status().await;
+    let frozen_shards = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == frozen.as_str())
+        .map_or(0, |n| n["shards"].as_array().unwrap().len());
+    assert_eq!(
+        frozen_shards, 0,
+        "the frozen node's leases were taken: {status}"
+    );
+    let continued = Utc::now();
+    cluster.node(2).signal("CONT");
+    // It wakes with a timer full of due jobs and tasks it had not published yet.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster.wait_balanced(3, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let until = Utc::now() - chrono::Duration::seconds(2);
+    cluster.verify(&jobs, until, crate::failover_bound()).await;
+
+    // What the consumer saw: after waking, the frozen node published only fires it
+    // recorded under leases it got back, none of the ones it held before freezing.
+    let stale: Vec<_> = cluster
+        .consumer
+        .events_of("started")
+        .into_iter()
+        .filter(|e| e["publisher"] == frozen.as_str())
+        .filter(|e| e["at_ms"].as_i64().unwrap() > stopped_ms + 500)
+        .filter(|e| {
+            let fire: chrono::DateTime<Utc> = e["fire_time"].as_str().unwrap().parse().unwrap();
+            fire < continued
+        })
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "published after waking for lost shards: {stale:?}"
+    );
+    // What the store says: every fire due while it was frozen was recorded by another
+    // node, and it recorded nothing stale after waking.
+    let runs = cluster.runs().await;
+    let stopped = chrono::DateTime::from_timestamp_millis(stopped_ms).unwrap();
+    let by_frozen_while_away: Vec<_> = runs
+        .iter()
+        .filter(|r| r.fired_by.as_deref() == Some(&frozen))
+        .filter(|r| r.fire_time > stopped + chrono::Duration::seconds(1) && r.fire_time < continued)
+        .collect();
+    assert!(
+        by_frozen_while_away.is_empty(),
+        "the frozen node recorded fires of its lost shards: {by_frozen_while_away:?}"
+    );
+    let metrics = cluster.node(2).api.metrics().await;
+    assert!(
+        metric(&metrics, "chime_lease_losses_total") >= 1.0,
+        "the frozen node noticed it lost its leases"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_unpublished_runs_are_published_by_the_new_owner() {
+    let _one = exclusive().await;
+    // The periodic reconciler would wait a minute: only the takeover pass can publish the
+    // orphaned run in time.
+    let mut cluster = Cluster::start(1, &[("CHIME_REPUBLISH_AFTER", "60s")]).await;
+    cluster.wait_balanced(1, Duration::from_secs(20)).await;
+    let job = cluster
+        .api()
+        .create_job(json!({
+            "app": "cluster", "name": "orphan", "paused": true,
+            "schedule": {"every": "1h"}, "target": {"group": GROUP},
+        }))
+        .await;
+    let job_id: Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let dead = cluster.node(0).node_id().await;
+    cluster.kill(0).await;
+
+    // As if the dead node had recorded a fire and died before publishing it.
+    let run_id = Uuid::now_v7();
+    let mut conn = PgConnection::connect(cluster.db.url()).await.unwrap();
+    sqlx::query(
+        "INSERT INTO runs (id, job_id, fire_time, shard, shard_total, attempt, state, trigger,
+                           payload, created_at, fired_by)
+         VALUES ($1, $2, now(), 0, 1, 1, 'scheduled', 'schedule', '{}', now(), $3)",
+    )
+    .bind(run_id)
+    .bind(job_id)
+    .bind(&dead)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    cluster.add_node().await;
+    cluster
+        .consumer
+        .wait_for(
+            "the orphaned run to be delivered",
+            Duration::from_secs(LEASE_TTL_S * 2 + 15),
+            |events| {
+                events
+                    .iter()
+                    .any(|e| e["task_id"] == run_id.to_string().as_str())
+            },
+        )
+        .await;
+    let run = cluster
+        .api()
+        .wait_run(&run_id.to_string(), "the orphaned run to succeed", |run| {
+            run["state"] == "succeeded"
+        })
+        .await;
+    assert_eq!(run["fired_by"], dead.as_str());
+    let (_, status) = cluster.api().call(Method::GET, "/v1/cluster", None).await;
+    assert_eq!(status["nodes"][0]["live"], true);
+}

@@ -1,0 +1,35 @@
+//! Cluster scenarios: several real `chimed` processes over one PostgreSQL and one
+//! RabbitMQ, with nodes killed, frozen, restarted, added and removed under load, and the
+//! database's connections cut. Every scenario ends with [`Cluster::verify`]: each
+//! expected (job, fire time) recorded once and handled once, within the failover bound.
+//!
+//! The scenarios run one at a time (each starts three nodes; in parallel they would only
+//! measure the machine).
+
+mod failover;
+mod membership;
+mod policies;
+
+use std::time::Duration;
+
+use chime_tests::cluster::{LEASE_TTL_S, RENEW_S};
+use tokio::sync::{Mutex, MutexGuard};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+/// Serialises the scenarios of this binary.
+pub async fn exclusive() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().await
+}
+
+/// The documented failover bound for the test's lease timing: a dead node's leases
+/// expire after the TTL, a survivor notices within one renew interval, and a little
+/// slack covers firing the backlog on a loaded 2-core machine.
+pub fn failover_bound() -> Duration {
+    Duration::from_secs(LEASE_TTL_S + RENEW_S) + Duration::from_secs(3)
+}
+
+/// Lateness allowed where no node dies (hand-overs are immediate).
+pub fn handover_bound() -> Duration {
+    Duration::from_secs(3)
+}
