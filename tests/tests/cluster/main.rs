@@ -23,8 +23,9 @@ pub async fn exclusive() -> MutexGuard<'static, ()> {
 }
 
 /// The documented failover bound for the test's lease timing: a dead node's leases
-/// expire after the TTL, a survivor notices within one renew interval, and a little
-/// slack covers firing the backlog on a loaded 2-core machine.
+/// expire after the TTL, a survivor notices within one renew interval, and slack covers
+/// a node frozen inside a fire transaction (its locks last until PostgreSQL's 2 s idle
+/// limit ends it) and firing the backlog on a loaded 2-core machine.
 pub fn failover_bound() -> Duration {
     Duration::from_secs(LEASE_TTL_S + RENEW_S) + Duration::from_secs(3)
 }

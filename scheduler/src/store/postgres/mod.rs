@@ -4,14 +4,14 @@
 
 pub mod cluster;
 
-use std::{collections::HashSet, time::Duration as StdDuration};
+use std::{collections::HashSet, str::FromStr, time::Duration as StdDuration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use sqlx::{
     PgPool, Row,
-    postgres::{PgPoolOptions, PgRow},
+    postgres::{PgConnectOptions, PgPoolOptions, PgRow},
     types::Json,
 };
 use uuid::Uuid;
@@ -32,6 +32,11 @@ fn shard_array(shards: Option<&[u32]>) -> Option<Vec<i32>> {
     shards.map(|s| s.iter().map(|&shard| shard as i32).collect())
 }
 
+/// How long a connection may sit idle inside a transaction before the server ends it.
+/// Healthy transactions here never wait between statements; this bounds how long a
+/// stalled node can block a takeover of its shards.
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "2s";
+
 /// Jobs and runs in PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
@@ -43,10 +48,17 @@ impl PostgresStore {
     /// Connects to `url`, applies migrations, and creates the cluster with
     /// `shard_count` shards unless it exists (an existing cluster keeps its count).
     pub async fn open(url: &str, shard_count: u32) -> Result<Self, StoreError> {
+        // A node stalled inside a transaction (SIGSTOP, a long pause) would keep its lease
+        // rows share-locked, and no other node could take them over; the server ends
+        // such a transaction instead, and the stalled node's commit then fails.
+        let options = PgConnectOptions::from_str(url)?.options([(
+            "idle_in_transaction_session_timeout",
+            IDLE_IN_TRANSACTION_TIMEOUT,
+        )]);
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(StdDuration::from_secs(5))
-            .connect(url)
+            .connect_with(options)
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
         let shard_count = cluster::init(&pool, shard_count).await?;
