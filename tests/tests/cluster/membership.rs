@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use chime_tests::cluster::Cluster;
+use chime_tests::{binaries, cluster::Cluster};
 use chrono::Utc;
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
@@ -40,6 +40,23 @@ async fn scaling_one_to_three_to_one_rebalances_and_loses_nothing() {
     cluster.add_node().await;
     let status = cluster.wait_balanced(3, Duration::from_secs(20)).await;
     eprintln!("three nodes: {status}");
+    // chimectl shows the same picture.
+    let server = cluster.api().base().to_string();
+    let table = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(binaries::binary("chimectl"))
+            .args(["--server", &server, "cluster"])
+            .output()
+            .expect("run chimectl")
+    })
+    .await
+    .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.contains("postgres store, 64 shards"), "{table}");
+    let live = table
+        .lines()
+        .filter(|line| line.split_whitespace().any(|word| word == "yes"))
+        .count();
+    assert_eq!(live, 3, "three live nodes: {table}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     cluster.stop(2).await;
     cluster.stop(1).await;

@@ -87,9 +87,27 @@ async fn chimectl_manages_jobs_and_reports_errors() {
     let runs: Value = serde_json::from_str(&stdout(&runs)).unwrap();
     assert_eq!(runs["items"][0]["trigger"], "manual");
 
+    assert_eq!(runs["items"][0]["fired_by"], job_node(&server).await);
+
+    // A single SQLite node holds every shard.
+    let cluster = run(vec!["cluster"]).await.unwrap();
+    let table = stdout(&cluster);
+    assert!(
+        table.contains("sqlite store, 256 shards") && table.contains("0-255"),
+        "{table}"
+    );
+
     let removed = run(vec!["job", "rm", "shop/close"]).await.unwrap();
     assert!(removed.status.success());
     let gone = run(vec!["job", "get", "shop/close"]).await.unwrap();
     assert_eq!(gone.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("no job named"));
+}
+
+async fn job_node(server: &str) -> String {
+    let status = chime_tests::api::Api::new(server)
+        .call(reqwest::Method::GET, "/v1/cluster", None)
+        .await
+        .1;
+    status["this_node"].as_str().unwrap().to_string()
 }
