@@ -24,7 +24,7 @@ use super::{
     job_write_error, plan_batch,
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
-use crate::domain::{Job, JobSpec, Run, RunState, RunTrigger};
+use crate::domain::{Job, JobSpec, OverlapPolicy, Run, RunState, RunTrigger};
 
 /// Jobs and runs in a SQLite file.
 #[derive(Debug, Clone)]
@@ -420,14 +420,24 @@ impl Store for SqliteStore {
         .fetch_all(&mut *tx)
         .await?;
         let jobs = decode_jobs(&jobs, job_from_row);
-        let busy: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT job_id FROM runs
-             WHERE job_id IN (SELECT value FROM json_each(?))
-               AND state IN ('scheduled', 'dispatched', 'acked')",
-        )
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?;
+        // Only jobs that forbid overlap need to know about unfinished runs.
+        let forbid: Vec<Uuid> = jobs
+            .iter()
+            .filter(|job| job.spec.settings.overlap == OverlapPolicy::Forbid)
+            .map(|job| job.id)
+            .collect();
+        let busy: Vec<String> = if forbid.is_empty() {
+            Vec::new()
+        } else {
+            sqlx::query_scalar(
+                "SELECT DISTINCT job_id FROM runs
+                 WHERE job_id IN (SELECT value FROM json_each(?))
+                   AND state IN ('scheduled', 'dispatched', 'acked')",
+            )
+            .bind(serde_json::to_string(&forbid).expect("uuids serialise"))
+            .fetch_all(&mut *tx)
+            .await?
+        };
         let busy = busy
             .iter()
             .map(|id| uuid("run", id))
