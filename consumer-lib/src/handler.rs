@@ -8,7 +8,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::protocol::{TaskError, TaskMessage, TaskOutcome};
+use crate::protocol::{Progress, TaskError, TaskMessage, TaskOutcome};
+
+/// Where a handler's progress reports go: the delivery's heartbeat loop.
+pub(crate) type ProgressSink = std::sync::Arc<tokio::sync::watch::Sender<Option<Progress>>>;
 
 /// What a handler returns: `Ok(output)` on success, where `output` (if any) is shown on the
 /// run, or a [`HandlerError`].
@@ -97,12 +100,16 @@ pub fn outcome_of(result: &HandlerResult) -> TaskOutcome {
     }
 }
 
+/// Longest progress note sent; longer notes are cut.
+const MAX_NOTE_CHARS: usize = 500;
+
 /// Everything a handler knows about the task it runs.
 #[derive(Debug, Clone)]
 pub struct TaskContext {
     task: TaskMessage,
     consumer: String,
     publisher: Option<String>,
+    progress: Option<ProgressSink>,
 }
 
 impl TaskContext {
@@ -112,6 +119,28 @@ impl TaskContext {
             task,
             consumer: consumer.into(),
             publisher: None,
+            progress: None,
+        }
+    }
+
+    /// Connects progress reports to a delivery's heartbeat loop.
+    pub(crate) fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Reports progress: `percent` done (clamped to 0–100) and/or a short note. It is sent
+    /// to the scheduler at once with a heartbeat and shows on the run. Outside a consumer
+    /// (e.g. in [`crate::testing`]) it does nothing.
+    pub fn report_progress(&self, percent: Option<f64>, note: Option<&str>) {
+        let progress = Progress {
+            percent: percent
+                .filter(|p| p.is_finite())
+                .map(|p| p.clamp(0.0, 100.0)),
+            note: note.map(|n| n.chars().take(MAX_NOTE_CHARS).collect()),
+        };
+        if let Some(sink) = &self.progress {
+            sink.send_replace(Some(progress));
         }
     }
 
@@ -266,6 +295,7 @@ mod tests {
                 attempt: 1,
                 payload,
                 published_at: Utc::now(),
+                run_timeout_ms: None,
             },
             "me",
         )
@@ -287,6 +317,18 @@ mod tests {
             .payload_as::<Close>()
             .unwrap_err();
         assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn progress_reaches_the_sink_clamped() {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let c = ctx(Value::Null).with_progress(std::sync::Arc::new(tx));
+        c.report_progress(Some(140.0), Some("almost"));
+        let sent = rx.borrow().clone().unwrap();
+        assert_eq!(sent.percent, Some(100.0));
+        assert_eq!(sent.note.as_deref(), Some("almost"));
+        // Without a sink it is a no-op rather than an error.
+        ctx(Value::Null).report_progress(Some(1.0), None);
     }
 
     #[test]

@@ -51,6 +51,7 @@ impl TaskBuilder {
                 attempt: 1,
                 payload: Value::Null,
                 published_at: now,
+                run_timeout_ms: None,
             },
         }
     }

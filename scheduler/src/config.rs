@@ -64,6 +64,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "publish a recorded run again when the broker has not confirmed it after this long",
     },
     Setting {
+        key: "reconcile_interval",
+        env: "CHIME_RECONCILE_INTERVAL",
+        default: "1s",
+        doc: "how often the reconciler looks for overdue runs (ack and run timeouts, retries due, dead letters to publish)",
+    },
+    Setting {
         key: "node_name",
         env: "CHIME_NODE_NAME",
         default: "",
@@ -139,6 +145,8 @@ pub struct Config {
     pub misfire_grace: Duration,
     /// Age at which an unconfirmed run is published again. Default 10 s.
     pub republish_after: Duration,
+    /// How often the reconciler looks for overdue runs. Default 1 s.
+    pub reconcile_interval: Duration,
     /// Shutdown's wait for in-flight publishes. Default 10 s.
     pub shutdown_timeout: Duration,
     /// Node name; empty means the host name.
@@ -310,6 +318,7 @@ impl Layers {
             lookahead: parse("lookahead").duration()?,
             misfire_grace: parse("misfire_grace").duration()?,
             republish_after: parse("republish_after").duration()?,
+            reconcile_interval: parse("reconcile_interval").duration()?,
             shutdown_timeout: parse("shutdown_timeout").duration()?,
             node_name: parse("node_name").text(),
             shard_count: parse("shard_count").with(|v| {
@@ -341,6 +350,11 @@ impl Layers {
         parse("republish_after").check(
             config.republish_after >= Duration::from_secs(1),
             "use at least 1s",
+        )?;
+        parse("reconcile_interval").check(
+            (Duration::from_millis(100)..=Duration::from_secs(60))
+                .contains(&config.reconcile_interval),
+            "use 100ms to 60s",
         )?;
         let cluster = config.cluster;
         parse("lease_ttl").check(

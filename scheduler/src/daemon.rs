@@ -12,11 +12,11 @@ use tracing::{error, info, warn};
 
 use crate::{
     api::{self, AppState},
-    broker::GroupDeclarer,
+    broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{DEFAULT_SHARD_COUNT, Membership, Ownership, notices},
     config::Config,
     dispatch::Dispatcher,
-    reconcile::Reconciler,
+    reconcile::{ReconcileSettings, Reconciler},
     results::ResultCollector,
     store::{self, Backend},
     telemetry,
@@ -66,11 +66,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             misfire_grace: config.misfire_grace,
         },
     );
+    let publisher = Arc::new(ConfirmedPublisher::new(&config.amqp_url, "dead-letters"));
     let reconciler = Reconciler::new(
         store.clone(),
         dispatch.clone(),
+        publisher,
         ownership.clone(),
-        config.republish_after,
+        ReconcileSettings {
+            republish_after: config.republish_after,
+            interval: config.reconcile_interval,
+        },
     );
     let collector = ResultCollector::new(store.clone(), &config.amqp_url);
     let state = AppState::new(

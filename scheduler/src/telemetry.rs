@@ -37,8 +37,28 @@ pub const DISPATCH_WITHDRAWN: &str = "chime_dispatch_withdrawn_total";
 /// Broker connections (re)established, by `component`.
 pub const BROKER_CONNECTS: &str = "chime_broker_connects_total";
 /// Recorded runs published again, by `reason` (`unconfirmed`: no confirm came;
-/// `takeover`: left unconfirmed by a shard's previous owner).
+/// `takeover`: left unconfirmed by a shard's previous owner; `ack_timeout`: no ack within
+/// the job's ack timeout; `run_timeout`: no result or heartbeat within its run timeout).
 pub const REPUBLISHES: &str = "chime_republishes_total";
+/// Retryable failures given a retry (the run waits out its backoff as `failed`).
+pub const RETRIES_SCHEDULED: &str = "chime_retries_scheduled_total";
+/// Failed runs published again after their backoff.
+pub const RETRIES: &str = "chime_retries_total";
+/// Runs given up (`dead`), by `reason` (`failed`: attempts exhausted; `permanent`: a
+/// permanent failure; `ack_timeout`, `run_timeout`; `delivery_limit`: the broker
+/// dead-lettered the task after it crashed consumers; `rejected`: a consumer refused it).
+pub const DEAD_RUNS: &str = "chime_dead_runs_total";
+/// Dead letters published (confirmed) to a dead-letter queue.
+pub const DEAD_LETTERS_PUBLISHED: &str = "chime_dead_letters_published_total";
+/// Messages found in dead-letter queues by the notices consumer, by `queue` and `reason`
+/// (the broker's `x-death` reason, or `scheduler` for Chime's own dead letters).
+pub const DEAD_LETTERED: &str = "chime_dead_lettered_total";
+/// Messages in each dead-letter queue, by `queue` (sampled).
+pub const DLQ_DEPTH: &str = "chime_dlq_depth";
+/// Age in seconds of the oldest message in each dead-letter queue, by `queue` (sampled).
+pub const DLQ_OLDEST_AGE: &str = "chime_dlq_oldest_age_seconds";
+/// Messages replayed from dead-letter queues, by `queue`.
+pub const DLQ_REPLAYED: &str = "chime_dlq_replayed_total";
 /// Fires not recorded because the shard's lease could not be proven in the fire
 /// transaction (the node lost or could not renew it).
 pub const FIRES_FENCED: &str = "chime_fires_fenced_total";
@@ -140,8 +160,29 @@ fn describe() {
     );
     describe_counter!(
         REPUBLISHES,
-        "Recorded runs published again, by reason (unconfirmed, takeover)."
+        "Recorded runs published again, by reason (unconfirmed, takeover, ack_timeout, run_timeout)."
     );
+    describe_counter!(RETRIES, "Failed runs published again after their backoff.");
+    describe_counter!(
+        RETRIES_SCHEDULED,
+        "Retryable failures given a retry after a backoff."
+    );
+    describe_counter!(DEAD_RUNS, "Runs given up, by reason.");
+    describe_counter!(
+        DEAD_LETTERS_PUBLISHED,
+        "Dead letters published to dead-letter queues."
+    );
+    describe_counter!(
+        DEAD_LETTERED,
+        "Dead-lettered messages noticed, by queue and reason."
+    );
+    describe_gauge!(DLQ_DEPTH, "Messages in each dead-letter queue (sampled).");
+    describe_gauge!(
+        DLQ_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest message in each dead-letter queue (sampled)."
+    );
+    describe_counter!(DLQ_REPLAYED, "Messages replayed from dead-letter queues.");
     describe_counter!(
         FIRES_FENCED,
         "Fires refused because the shard lease was not proven."

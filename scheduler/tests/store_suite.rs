@@ -4,15 +4,15 @@
 use std::sync::Arc;
 
 use chime_consumer::protocol::{
-    AckMessage, PROTOCOL_VERSION, ResultMessage, TaskError, TaskOutcome,
+    AckMessage, HeartbeatMessage, PROTOCOL_VERSION, Progress, ResultMessage, TaskError, TaskOutcome,
 };
 use chime_scheduler::{
     cluster::{DEFAULT_SHARD_COUNT, shard_of},
     domain::{
         DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
-        RunTrigger, Schedule, Target, duration::HumanDuration, schedule::ScheduleSpec,
+        RunTrigger, Schedule, Target, duration::HumanDuration, job::limits, schedule::ScheduleSpec,
     },
-    store::{Firing, JobPage, ReplyEffect, RunPage, Store, StoreError},
+    store::{Expect, Firing, JobPage, Replay, ReplyEffect, RunPage, Store, StoreError},
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
@@ -39,6 +39,8 @@ fn spec(name: &str, schedule: serde_json::Value) -> JobSpec {
             payload: json!({"note": "héllo ✓", "nested": {"n": [1, 2, 3]}}),
             ack_timeout: HumanDuration(std::time::Duration::from_secs(30)),
             max_attempts: 5,
+            run_timeout: HumanDuration(limits::DEFAULT_RUN_TIMEOUT),
+            backoff: Default::default(),
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
@@ -397,7 +399,7 @@ async fn replies_move_runs_through_their_states(store: &dyn Store) {
         },
     };
     assert_eq!(
-        store.record_result(&result).await.unwrap(),
+        store.record_result(&result).await.unwrap().0,
         ReplyEffect::Applied
     );
     let run = store.get_run(first).await.unwrap().unwrap();
@@ -418,7 +420,7 @@ async fn replies_move_runs_through_their_states(store: &dyn Store) {
         ..result.clone()
     };
     assert_eq!(
-        store.record_result(&failed_late).await.unwrap(),
+        store.record_result(&failed_late).await.unwrap().0,
         ReplyEffect::Stale
     );
 
@@ -428,7 +430,7 @@ async fn replies_move_runs_through_their_states(store: &dyn Store) {
         ..failed_late
     };
     assert_eq!(
-        store.record_result(&failed).await.unwrap(),
+        store.record_result(&failed).await.unwrap().0,
         ReplyEffect::Applied
     );
     store
@@ -436,8 +438,9 @@ async fn replies_move_runs_through_their_states(store: &dyn Store) {
         .await
         .unwrap();
     let run = store.get_run(second).await.unwrap().unwrap();
-    assert_eq!(run.state, RunState::Failed);
-    assert_eq!(run.error.as_deref(), Some("late"));
+    assert_eq!(run.state, RunState::Dead, "a permanent failure is final");
+    assert_eq!(run.error.as_deref(), Some("permanent failure: late"));
+    assert_eq!(run.history.len(), 1);
     assert_eq!(run.dispatched_at, Some(now + Duration::seconds(4)));
 
     let unknown = AckMessage {
@@ -521,21 +524,24 @@ async fn manual_runs_and_unconfirmed_runs(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(still, [manual.id].into_iter().collect());
-    let pending = store
-        .unconfirmed_runs(now + Duration::seconds(30), 10, None)
-        .await
-        .unwrap();
-    assert_eq!(pending.len(), 1);
-    assert_eq!(pending[0].task_id, manual.id);
-    assert_eq!(pending[0].group, "orders");
-    assert_eq!(pending[0].payload, json!({"m": 1}));
+    let at = now + Duration::seconds(2);
+    let pending = store.overdue_runs(at, at, 10, None).await.unwrap();
+    assert_eq!(
+        pending.len(),
+        1,
+        "the dispatched run is not due for its ack yet"
+    );
+    let task = pending[0].job.task_message(&pending[0].run);
+    assert_eq!(task.task_id, manual.id);
+    assert_eq!(task.group, "orders");
+    assert_eq!(task.payload, json!({"m": 1}));
     assert!(
         store
-            .unconfirmed_runs(now, 10, None)
+            .overdue_runs(at, now, 10, None)
             .await
             .unwrap()
             .is_empty(),
-        "too recent"
+        "too recent to publish again"
     );
     let run = store.get_run(manual.id).await.unwrap().unwrap();
     assert_eq!(run.error.as_deref(), Some("unroutable: NO_ROUTE"));
@@ -628,7 +634,7 @@ async fn queries_filter_by_shard(store: &dyn Store) {
     let later = now + Duration::seconds(60);
     assert_eq!(
         store
-            .unconfirmed_runs(later, 10, Some(&[shard]))
+            .overdue_runs(later, later, 10, Some(&[shard]))
             .await
             .unwrap()
             .len(),
@@ -636,10 +642,248 @@ async fn queries_filter_by_shard(store: &dyn Store) {
     );
     assert!(
         store
-            .unconfirmed_runs(later, 10, Some(&[other]))
+            .overdue_runs(later, later, 10, Some(&[other]))
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+fn failure(task_id: Uuid, attempt: u32, retryable: bool, at: DateTime<Utc>) -> ResultMessage {
+    ResultMessage {
+        v: PROTOCOL_VERSION,
+        task_id,
+        attempt,
+        consumer: "w1".into(),
+        finished_at: at,
+        replayed: false,
+        outcome: TaskOutcome::Failed {
+            error: TaskError {
+                message: "db down".into(),
+                retryable,
+                retry_after_ms: None,
+            },
+        },
+    }
+}
+
+async fn retryable_failures_retry_after_backoff_then_die(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut spec = spec("flaky", json!({"every": "1h"}));
+    spec.settings.max_attempts = 2;
+    let job = Job::new(spec, now);
+    store.insert_job(&job).await.unwrap();
+    let run = job.new_run(now, RunTrigger::Manual, now);
+    store.insert_run(&run).await.unwrap();
+    store.mark_dispatched(&[run.id], now).await.unwrap();
+
+    let before = Utc::now();
+    let (effect, state) = store
+        .record_result(&failure(run.id, 1, true, now))
+        .await
+        .unwrap();
+    assert_eq!(
+        (effect, state),
+        (ReplyEffect::Applied, Some(RunState::Failed))
+    );
+    let failed = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(failed.state, RunState::Failed);
+    let due = failed.due_at.expect("a retry is scheduled");
+    assert!(
+        due >= before + Duration::milliseconds(499) && due <= Utc::now() + Duration::seconds(1),
+        "first retry within the jittered first backoff (0.5-1 s): {due}"
+    );
+    assert_eq!(failed.history.len(), 1);
+    assert_eq!(failed.history[0].retry_at, Some(due));
+    // A second report of the same failure changes nothing.
+    assert_eq!(
+        store
+            .record_result(&failure(run.id, 1, true, now))
+            .await
+            .unwrap()
+            .0,
+        ReplyEffect::Stale
+    );
+    // Not overdue before its time; overdue after.
+    let just_before = due - Duration::milliseconds(1);
+    assert!(
+        store
+            .overdue_runs(just_before, just_before, 10, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let after = due + Duration::milliseconds(1);
+    let overdue = store.overdue_runs(after, after, 10, None).await.unwrap();
+    assert_eq!(overdue.len(), 1);
+    assert_eq!(overdue[0].run.state, RunState::Failed);
+    assert!(
+        !store
+            .next_attempt(run.id, Expect::exactly(RunState::Failed, 2), None, after)
+            .await
+            .unwrap(),
+        "a stale expectation changes nothing"
+    );
+    assert!(
+        store
+            .next_attempt(run.id, Expect::exactly(RunState::Failed, 1), None, after)
+            .await
+            .unwrap()
+    );
+    let second = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!((second.state, second.attempt), (RunState::Scheduled, 2));
+    assert_eq!(second.finished_at, None);
+    // A late failure report of attempt 1 no longer matters.
+    assert_eq!(
+        store
+            .record_result(&failure(run.id, 1, true, now))
+            .await
+            .unwrap()
+            .0,
+        ReplyEffect::Stale
+    );
+    store.mark_dispatched(&[run.id], after).await.unwrap();
+    let (_, state) = store
+        .record_result(&failure(run.id, 2, true, after))
+        .await
+        .unwrap();
+    assert_eq!(state, Some(RunState::Dead), "attempts exhausted");
+    let dead = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(dead.history.len(), 2);
+    assert!(dead.error.unwrap().contains("2 of 2"));
+    // The dead letter is pending until noted.
+    let far = Utc::now() + Duration::seconds(1);
+    let pending = store.overdue_runs(far, far, 10, None).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].run.state, RunState::Dead);
+    store.mark_dead_lettered(run.id).await.unwrap();
+    assert!(
+        store
+            .overdue_runs(far, far, 10, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn deadlines_follow_acks_and_heartbeats(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut spec = spec("slow", json!({"every": "1h"}));
+    spec.settings.ack_timeout = HumanDuration(std::time::Duration::from_secs(7));
+    spec.settings.run_timeout = HumanDuration(std::time::Duration::from_secs(60));
+    let job = Job::new(spec, now);
+    store.insert_job(&job).await.unwrap();
+    let run = job.new_run(now, RunTrigger::Manual, now);
+    store.insert_run(&run).await.unwrap();
+    store.mark_dispatched(&[run.id], now).await.unwrap();
+    let dispatched = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(dispatched.due_at, Some(now + Duration::seconds(7)));
+    assert_eq!(dispatched.ack_timeout, std::time::Duration::from_secs(7));
+
+    let ack = AckMessage {
+        v: PROTOCOL_VERSION,
+        task_id: run.id,
+        attempt: 2,
+        consumer: "w1".into(),
+        acked_at: now,
+    };
+    assert_eq!(
+        store.record_ack(&ack).await.unwrap(),
+        ReplyEffect::Stale,
+        "an ack of another attempt"
+    );
+    let before = Utc::now();
+    store
+        .record_ack(&AckMessage { attempt: 1, ..ack })
+        .await
+        .unwrap();
+    let acked = store.get_run(run.id).await.unwrap().unwrap();
+    let due = acked.due_at.unwrap();
+    assert!(due >= before + Duration::seconds(59) && due <= Utc::now() + Duration::seconds(60));
+
+    let heartbeat = HeartbeatMessage {
+        v: PROTOCOL_VERSION,
+        task_id: run.id,
+        attempt: 1,
+        consumer: "w1".into(),
+        at: now + Duration::seconds(5),
+        progress: Some(Progress {
+            percent: Some(40.0),
+            note: Some("page 4".into()),
+        }),
+    };
+    assert_eq!(
+        store.record_heartbeat(&heartbeat).await.unwrap(),
+        ReplyEffect::Applied
+    );
+    let beating = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(beating.heartbeat_at, Some(now + Duration::seconds(5)));
+    assert_eq!(beating.progress.as_ref().unwrap().percent, Some(40.0));
+    assert!(beating.due_at.unwrap() >= due);
+    // A heartbeat without progress keeps the last report.
+    store
+        .record_heartbeat(&HeartbeatMessage {
+            progress: None,
+            ..heartbeat.clone()
+        })
+        .await
+        .unwrap();
+    let kept = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(kept.progress.unwrap().note.as_deref(), Some("page 4"));
+
+    // A run given up by the broker has no dead letter pending.
+    assert!(
+        store
+            .kill_run(
+                run.id,
+                Expect::unfinished(),
+                "delivery limit",
+                None,
+                true,
+                now
+            )
+            .await
+            .unwrap()
+    );
+    let dead = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!((dead.state, dead.due_at), (RunState::Dead, None));
+    assert!(
+        !store
+            .kill_run(run.id, Expect::unfinished(), "again", None, true, now)
+            .await
+            .unwrap(),
+        "dead is final"
+    );
+}
+
+async fn replay_revives_only_dead_runs(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = Job::new(spec("replayed", json!({"every": "1h"})), now);
+    store.insert_job(&job).await.unwrap();
+    let run = job.new_run(now, RunTrigger::Manual, now);
+    store.insert_run(&run).await.unwrap();
+    assert!(matches!(
+        store.replay_run(run.id, now).await.unwrap(),
+        Replay::NotDead(RunState::Scheduled)
+    ));
+    store
+        .kill_run(run.id, Expect::unfinished(), "gave up", None, false, now)
+        .await
+        .unwrap();
+    let Replay::Revived(revived) = store.replay_run(run.id, now).await.unwrap() else {
+        panic!("a dead run is revived")
+    };
+    assert_eq!((revived.run.attempt, revived.job.id), (2, job.id));
+    let stored = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!((stored.state, stored.attempt), (RunState::Scheduled, 2));
+    assert_eq!(stored.history.last().unwrap().event, "replayed");
+    assert!(matches!(
+        store.replay_run(Uuid::now_v7(), now).await.unwrap(),
+        Replay::Unknown
+    ));
+    assert_eq!(
+        store.target_groups().await.unwrap(),
+        vec!["orders".to_string()]
     );
 }
 
@@ -700,6 +944,9 @@ store_suite!(
         replies_move_runs_through_their_states,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,
+        retryable_failures_retry_after_backoff_then_die,
+        deadlines_follow_acks_and_heartbeats,
+        replay_revives_only_dead_runs,
         overlap_forbid_skips_fires_while_a_run_is_unfinished,
         queries_filter_by_shard,
     ]

@@ -18,6 +18,7 @@ pub struct ConsumerBuilder {
     concurrency: usize,
     prefetch: Option<u16>,
     drain_timeout: Duration,
+    heartbeat_interval: Duration,
     idempotency: Arc<dyn IdempotencyStore>,
     handlers: HashMap<String, Registered>,
     fallback: Option<Registered>,
@@ -32,6 +33,7 @@ impl ConsumerBuilder {
             concurrency: 8,
             prefetch: None,
             drain_timeout: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(10),
             idempotency: Arc::new(MemoryStore::default()),
             handlers: HashMap::new(),
             fallback: None,
@@ -62,6 +64,13 @@ impl ConsumerBuilder {
     /// How long shutdown waits for running handlers before closing. Default 30 s.
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.drain_timeout = timeout;
+        self
+    }
+
+    /// How often a running handler sends a heartbeat. Default 10 s, and never less often
+    /// than three times per run timeout of the job (the task says what it is).
+    pub fn heartbeat_interval(mut self, every: Duration) -> Self {
+        self.heartbeat_interval = every;
         self
     }
 
@@ -150,6 +159,7 @@ impl ConsumerBuilder {
                 concurrency: self.concurrency,
                 prefetch,
                 drain_timeout: self.drain_timeout,
+                heartbeat_interval: self.heartbeat_interval,
             }),
             idempotency: self.idempotency,
             handlers: Arc::new(Handlers {

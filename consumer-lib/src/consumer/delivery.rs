@@ -10,7 +10,7 @@ use lapin::{
 use tracing::{debug, warn};
 
 use super::{
-    Registered, Shared,
+    Registered, Shared, heartbeat,
     replies::{ReplyError, ReplyPublisher},
 };
 use crate::{
@@ -98,7 +98,10 @@ async fn handle(
         Some(Registered::Transactional(handler, store)) => {
             use crate::idempotency::TxExecution;
             replies.send_ack(ctx).await?;
-            let (recorded, replayed) = match store.execute(handler.as_ref(), ctx.clone()).await? {
+            let (running, beats) = start_heartbeats(ctx, shared, replies);
+            let executed = store.execute(handler.as_ref(), running).await;
+            drop(beats);
+            let (recorded, replayed) = match executed? {
                 TxExecution::Ran(recorded) => (recorded, false),
                 TxExecution::Replayed(recorded) => (recorded, true),
             };
@@ -113,16 +116,16 @@ async fn handle(
                 return Ok(());
             }
             replies.send_ack(ctx).await?;
+            let (running, beats) = start_heartbeats(ctx, shared, replies);
             let result = match registered {
-                Some(Registered::Plain(handler)) => {
-                    catch_panic(|| handler.handle(ctx.clone())).await
-                }
+                Some(Registered::Plain(handler)) => catch_panic(|| handler.handle(running)).await,
                 _ => Err(HandlerError::permanent(format!(
                     "no handler registered for job {:?} in group {:?}",
                     ctx.job(),
                     ctx.group()
                 ))),
             };
+            drop(beats);
             let recorded = RecordedOutcome {
                 outcome: outcome_of(&result),
                 finished_at: Utc::now(),
@@ -141,6 +144,18 @@ async fn handle(
             Ok(())
         }
     }
+}
+
+fn start_heartbeats(
+    ctx: &TaskContext,
+    shared: &Shared,
+    replies: &ReplyPublisher,
+) -> (TaskContext, tokio_util::sync::DropGuard) {
+    let every = heartbeat::interval(
+        shared.settings.heartbeat_interval,
+        ctx.task().run_timeout_ms,
+    );
+    heartbeat::start(ctx, replies, every)
 }
 
 fn report(ctx: &TaskContext, recorded: &RecordedOutcome, replayed: bool) {

@@ -5,10 +5,13 @@
 //! Per delivery (see [`delivery`]): parse (malformed → dead-letter queue), replay a recorded
 //! outcome for a duplicate, otherwise publish an ack, run the handler, record the outcome,
 //! publish the result with a confirm, and only then acknowledge the delivery. A crash at any
-//! point leaves the delivery unacknowledged, so RabbitMQ delivers it again.
+//! point leaves the delivery unacknowledged, so RabbitMQ delivers it again. While a handler
+//! runs, heartbeats (with any progress it reports) keep the scheduler from publishing the
+//! task again.
 
 mod builder;
 mod delivery;
+mod heartbeat;
 mod key_lock;
 mod replies;
 mod session;
@@ -72,6 +75,7 @@ pub(crate) struct Settings {
     pub(crate) concurrency: usize,
     pub(crate) prefetch: u16,
     pub(crate) drain_timeout: Duration,
+    pub(crate) heartbeat_interval: Duration,
 }
 
 /// A handler as registered for a job name.

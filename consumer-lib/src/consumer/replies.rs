@@ -8,7 +8,9 @@ use lapin::{BasicProperties, Channel, Confirmation, options::BasicPublishOptions
 use crate::{
     handler::TaskContext,
     idempotency::RecordedOutcome,
-    protocol::{AckMessage, PROTOCOL_VERSION, Reply, ResultMessage, topology},
+    protocol::{
+        AckMessage, HeartbeatMessage, PROTOCOL_VERSION, Progress, Reply, ResultMessage, topology,
+    },
 };
 
 /// How long to wait for the broker to confirm a reply before treating it as lost.
@@ -70,6 +72,22 @@ impl ReplyPublisher {
             finished_at: recorded.finished_at,
             replayed,
             outcome: recorded.outcome.clone(),
+        }))
+        .await
+    }
+
+    pub(crate) async fn send_heartbeat(
+        &self,
+        ctx: &TaskContext,
+        progress: Option<Progress>,
+    ) -> Result<(), ReplyError> {
+        self.publish(Reply::Heartbeat(HeartbeatMessage {
+            v: PROTOCOL_VERSION,
+            task_id: ctx.task_id(),
+            attempt: ctx.attempt(),
+            consumer: self.instance.clone(),
+            at: Utc::now(),
+            progress,
         }))
         .await
     }

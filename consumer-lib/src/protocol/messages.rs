@@ -51,6 +51,11 @@ pub struct TaskMessage {
     pub payload: Value,
     /// When the scheduler published this attempt.
     pub published_at: DateTime<Utc>,
+    /// How long the scheduler waits between signs of life from a running handler (the
+    /// ack, then heartbeats) before it publishes the task again; consumers send
+    /// heartbeats well within it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_timeout_ms: Option<u64>,
 }
 
 impl TaskMessage {
@@ -75,6 +80,8 @@ pub enum Reply {
     Ack(AckMessage),
     /// The handler finished, successfully or not.
     Result(ResultMessage),
+    /// The handler is still running, optionally with progress to show on the run.
+    Heartbeat(HeartbeatMessage),
 }
 
 impl Reply {
@@ -95,6 +102,7 @@ impl Reply {
         match self {
             Reply::Ack(ack) => ack.v,
             Reply::Result(result) => result.v,
+            Reply::Heartbeat(heartbeat) => heartbeat.v,
         }
     }
 
@@ -103,6 +111,7 @@ impl Reply {
         match self {
             Reply::Ack(ack) => ack.task_id,
             Reply::Result(result) => result.task_id,
+            Reply::Heartbeat(heartbeat) => heartbeat.task_id,
         }
     }
 }
@@ -144,6 +153,37 @@ pub struct ResultMessage {
     pub outcome: TaskOutcome,
 }
 
+/// "I am still running this task." Sent periodically while a handler runs, and at once
+/// when the handler reports progress; each one extends the run's deadline by the job's
+/// run timeout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeartbeatMessage {
+    /// Protocol version.
+    pub v: u32,
+    /// The task's id (run id).
+    pub task_id: Uuid,
+    /// The attempt being run.
+    pub attempt: u32,
+    /// Consumer instance id.
+    pub consumer: String,
+    /// When the consumer sent it.
+    pub at: DateTime<Utc>,
+    /// The handler's latest progress report, if it made one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+}
+
+/// Progress a handler reports; shown on the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Percentage done, 0 to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+    /// A short note ("page 3 of 12").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
 /// A handler's outcome, as reported and as recorded in idempotency stores.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -173,7 +213,7 @@ pub struct TaskError {
     pub retry_after_ms: Option<u64>,
 }
 
-fn check_version(found: u32) -> Result<(), ProtocolError> {
+pub(crate) fn check_version(found: u32) -> Result<(), ProtocolError> {
     if found == PROTOCOL_VERSION {
         Ok(())
     } else {
@@ -200,6 +240,7 @@ mod tests {
             attempt: 1,
             payload: json!({"older_than_min": 30}),
             published_at: "2026-11-21T10:00:00.004Z".parse().unwrap(),
+            run_timeout_ms: Some(300_000),
         }
     }
 
@@ -260,6 +301,34 @@ mod tests {
             })
         );
         assert_eq!(Reply::from_slice(&reply.to_vec()).unwrap(), reply);
+    }
+
+    #[test]
+    fn heartbeat_wire_shape() {
+        let body = json!({
+            "type": "heartbeat", "v": 1, "task_id": Uuid::from_u128(7), "attempt": 2,
+            "consumer": "py-worker-3", "at": "2026-11-21T10:00:05Z",
+            "progress": {"percent": 40.0, "note": "page 4 of 10"}
+        });
+        let reply = Reply::from_slice(body.to_string().as_bytes()).unwrap();
+        let Reply::Heartbeat(heartbeat) = &reply else {
+            panic!("expected a heartbeat")
+        };
+        assert_eq!(heartbeat.progress.as_ref().unwrap().percent, Some(40.0));
+        assert_eq!(reply.task_id(), Uuid::from_u128(7));
+        let bare = json!({
+            "type": "heartbeat", "v": 1, "task_id": Uuid::from_u128(7), "attempt": 1,
+            "consumer": "c", "at": "2026-11-21T10:00:05Z"
+        });
+        assert!(Reply::from_slice(bare.to_string().as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn task_without_run_timeout_still_parses() {
+        let mut value = serde_json::to_value(task()).unwrap();
+        value.as_object_mut().unwrap().remove("run_timeout_ms");
+        let parsed = TaskMessage::from_slice(value.to_string().as_bytes()).unwrap();
+        assert_eq!(parsed.run_timeout_ms, None);
     }
 
     #[test]

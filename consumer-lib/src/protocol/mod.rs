@@ -4,12 +4,15 @@
 //!
 //! `docs/protocol.md` describes the same protocol for consumers written in other languages.
 
+pub mod dead_letter;
 pub mod messages;
 pub mod run_id;
 pub mod topology;
 
+pub use dead_letter::{AttemptRecord, DeadLetterMessage};
 pub use messages::{
-    AckMessage, ProtocolError, Reply, ResultMessage, TaskError, TaskMessage, TaskOutcome,
+    AckMessage, HeartbeatMessage, Progress, ProtocolError, Reply, ResultMessage, TaskError,
+    TaskMessage, TaskOutcome,
 };
 pub use run_id::{manual_run_id, run_id};
 

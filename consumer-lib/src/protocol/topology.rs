@@ -15,6 +15,10 @@
 //!                   | malformed replies
 //!                   v
 //!               [chime.dlx] --> chime.replies.dlq
+//!
+//! chimed --dead letter (routing key = <group queue>.dlq)--> [chime.dlx]
+//!            --> chime.group.<group>.dlq    (kept for operators: inspect, replay, purge)
+//!            --> chime.dlx.notices          (chimed marks runs the broker dead-lettered)
 //! ```
 
 use lapin::{
@@ -34,6 +38,10 @@ pub const REPLY_QUEUE: &str = "chime.replies";
 /// Direct exchange that receives dead-lettered messages; each queue's dead letters are
 /// routed by the name of its dead-letter queue.
 pub const DEAD_LETTER_EXCHANGE: &str = "chime.dlx";
+/// Queue the scheduler consumes to learn which tasks RabbitMQ dead-lettered (a task that
+/// reached the delivery limit marks its run `dead`). Bound to [`DEAD_LETTER_EXCHANGE`]
+/// with each group's dead-letter routing key, so it receives a copy of every dead letter.
+pub const DEAD_LETTER_NOTICES: &str = "chime.dlx.notices";
 /// How many times RabbitMQ delivers a message from a work queue before dead-lettering it
 /// (RabbitMQ 3.10 has no default; a message that crashes every consumer must not loop forever).
 pub const DELIVERY_LIMIT: i64 = 10;
@@ -48,6 +56,28 @@ pub fn group_queue(group: &str) -> String {
 /// The dead-letter queue paired with `queue`; also the routing key its dead letters carry.
 pub fn dead_letter_queue(queue: &str) -> String {
     format!("{queue}.dlq")
+}
+
+/// Whether `queue` is one of Chime's dead-letter queues (`chime.….dlq`).
+pub fn is_dead_letter_queue(queue: &str) -> bool {
+    queue.starts_with("chime.")
+        && queue.len() > "chime..dlq".len()
+        && queue.ends_with(".dlq")
+        && queue
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// The queue a dead-letter queue belongs to (`chime.group.orders.dlq` → `chime.group.orders`).
+pub fn origin_queue(dead_letter_queue: &str) -> Option<&str> {
+    dead_letter_queue.strip_suffix(".dlq")
+}
+
+/// The group whose work queue is `queue`, if it is a group's work queue.
+pub fn group_of_queue(queue: &str) -> Option<&str> {
+    queue
+        .strip_prefix("chime.group.")
+        .filter(|group| is_valid_name(group))
 }
 
 /// Whether `name` may be used as a group, app or job name: 1 to [`MAX_NAME_LEN`] ASCII
@@ -122,6 +152,37 @@ pub async fn declare_group(channel: &Channel, group: &str) -> Result<(), lapin::
     declare_work_queue(channel, &group_queue(group), TASK_EXCHANGE, group).await
 }
 
+/// Declares the scheduler's [`DEAD_LETTER_NOTICES`] queue and binds it to `group`'s dead
+/// letters. Idempotent.
+pub async fn declare_dead_letter_notices(
+    channel: &Channel,
+    group: Option<&str>,
+) -> Result<(), lapin::Error> {
+    declare_exchanges(channel).await?;
+    channel
+        .queue_declare(
+            DEAD_LETTER_NOTICES.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            dead_letter_queue_arguments(),
+        )
+        .await?;
+    if let Some(group) = group {
+        channel
+            .queue_bind(
+                DEAD_LETTER_NOTICES.into(),
+                DEAD_LETTER_EXCHANGE.into(),
+                dead_letter_queue(&group_queue(group)).as_str().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
 /// Declares the reply queue bound to [`REPLY_EXCHANGE`] and its dead-letter queue.
 /// Declares the exchanges too. Idempotent.
 pub async fn declare_replies(channel: &Channel) -> Result<(), lapin::Error> {
@@ -183,6 +244,18 @@ mod tests {
             "chime.group.orders.dlq"
         );
         assert_eq!(dead_letter_queue(REPLY_QUEUE), "chime.replies.dlq");
+    }
+
+    #[test]
+    fn dead_letter_queue_names() {
+        assert!(is_dead_letter_queue("chime.group.orders.dlq"));
+        assert!(is_dead_letter_queue("chime.replies.dlq"));
+        assert!(!is_dead_letter_queue("chime.group.orders"));
+        assert!(!is_dead_letter_queue("other.dlq"));
+        assert!(!is_dead_letter_queue("chime.a b.dlq"));
+        assert_eq!(origin_queue("chime.replies.dlq"), Some("chime.replies"));
+        assert_eq!(group_of_queue("chime.group.orders"), Some("orders"));
+        assert_eq!(group_of_queue("chime.replies"), None);
     }
 
     #[test]

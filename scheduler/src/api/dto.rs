@@ -7,8 +7,11 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{ApiError, ErrorCode};
+use chime_consumer::protocol::{AttemptRecord, Progress};
+
 use crate::domain::{
-    DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, Schedule, Target,
+    Backoff, DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
+    Schedule, Target,
     duration::HumanDuration,
     job::{limits, validate_name, validate_payload_size, validate_payload_text},
     schedule::ScheduleSpec,
@@ -36,6 +39,12 @@ pub struct JobRequest {
     /// Default 5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
+    /// Default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_timeout: Option<String>,
+    /// Retry delays, default `{"initial": "1s", "max": "5m"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<BackoffRequest>,
     /// `fire_once` (default), `skip` or `catch_up`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub misfire: Option<String>,
@@ -48,6 +57,18 @@ pub struct JobRequest {
     /// Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+}
+
+/// A retry backoff as a client writes it; a missing field keeps its default.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffRequest {
+    /// Delay before the first retry, default `1s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial: Option<String>,
+    /// Longest delay, default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
 }
 
 /// A target as a client writes it.
@@ -76,9 +97,20 @@ impl JobRequest {
             payload: s.payload.clone(),
             ack_timeout: Some(s.ack_timeout.to_string()),
             max_attempts: Some(s.max_attempts),
+            run_timeout: Some(s.run_timeout.to_string()),
+            backoff: Some(BackoffRequest {
+                initial: Some(s.backoff.initial.to_string()),
+                max: Some(s.backoff.max.to_string()),
+            }),
             misfire: Some(s.misfire.as_str().to_string()),
             catch_up_limit: Some(s.catch_up_limit),
-            overlap: Some("allow".to_string()),
+            overlap: Some(
+                match s.overlap {
+                    OverlapPolicy::Allow => "allow",
+                    OverlapPolicy::Forbid => "forbid",
+                }
+                .to_string(),
+            ),
             paused: Some(spec.paused),
         }
     }
@@ -92,10 +124,17 @@ impl JobRequest {
         validate_payload_text(&self.payload)?;
         validate_payload_size(&self.payload, payload_limit)
             .map_err(|e| ApiError::field(ErrorCode::PayloadTooLarge, e.field, e.message))?;
-        let ack_timeout = match self.ack_timeout {
-            Some(text) => HumanDuration::parse(&text)
-                .map_err(|m| ApiError::field(ErrorCode::InvalidField, "ack_timeout", m))?,
-            None => HumanDuration(limits::DEFAULT_ACK_TIMEOUT),
+        let ack_timeout =
+            duration_field("ack_timeout", self.ack_timeout, limits::DEFAULT_ACK_TIMEOUT)?;
+        let run_timeout =
+            duration_field("run_timeout", self.run_timeout, limits::DEFAULT_RUN_TIMEOUT)?;
+        let defaults = Backoff::default();
+        let backoff = match self.backoff {
+            None => defaults,
+            Some(b) => Backoff {
+                initial: duration_field("backoff.initial", b.initial, defaults.initial.get())?,
+                max: duration_field("backoff.max", b.max, defaults.max.get())?,
+            },
         };
         let settings = JobSettings {
             schedule,
@@ -106,6 +145,8 @@ impl JobRequest {
             payload: self.payload,
             ack_timeout,
             max_attempts: self.max_attempts.unwrap_or(limits::DEFAULT_MAX_ATTEMPTS),
+            run_timeout,
+            backoff,
             misfire: parse_misfire(self.misfire.as_deref())?,
             catch_up_limit: self
                 .catch_up_limit
@@ -119,6 +160,19 @@ impl JobRequest {
             paused: self.paused.unwrap_or(false),
             settings,
         })
+    }
+}
+
+/// A duration field: parsed if given, else `default`.
+fn duration_field(
+    field: &'static str,
+    text: Option<String>,
+    default: std::time::Duration,
+) -> Result<HumanDuration, ApiError> {
+    match text {
+        Some(text) => HumanDuration::parse(&text)
+            .map_err(|m| ApiError::field(ErrorCode::InvalidField, field, m)),
+        None => Ok(HumanDuration(default)),
     }
 }
 
@@ -213,6 +267,10 @@ pub struct JobResponseSpec {
     pub ack_timeout: String,
     /// Max attempts.
     pub max_attempts: u32,
+    /// Run timeout.
+    pub run_timeout: String,
+    /// Retry backoff.
+    pub backoff: Backoff,
     /// Misfire policy.
     pub misfire: MisfirePolicy,
     /// Catch-up bound.
@@ -236,6 +294,8 @@ impl From<&Job> for JobResponse {
                 payload: s.payload.clone(),
                 ack_timeout: s.ack_timeout.to_string(),
                 max_attempts: s.max_attempts,
+                run_timeout: s.run_timeout.to_string(),
+                backoff: s.backoff,
                 misfire: s.misfire,
                 catch_up_limit: s.catch_up_limit,
                 overlap: s.overlap,
@@ -286,6 +346,17 @@ pub struct RunResponse {
     pub error: Option<String>,
     /// The scheduler node that recorded the run.
     pub fired_by: Option<String>,
+    /// For a `dispatched` or `acked` run: when it is published again (as attempt + 1)
+    /// unless an ack, heartbeat or result comes first.
+    pub deadline_at: Option<String>,
+    /// For a `failed` run: when the next attempt is published.
+    pub next_attempt_at: Option<String>,
+    /// Attempts that did not succeed, oldest first.
+    pub history: Vec<AttemptRecord>,
+    /// The handler's latest progress report.
+    pub progress: Option<Progress>,
+    /// The consumer's latest heartbeat.
+    pub heartbeat_at: Option<String>,
 }
 
 impl From<&Run> for RunResponse {
@@ -308,6 +379,17 @@ impl From<&Run> for RunResponse {
             consumer: run.consumer.clone(),
             output: run.output.clone(),
             error: run.error.clone(),
+            deadline_at: run
+                .due_at
+                .filter(|_| matches!(run.state, RunState::Dispatched | RunState::Acked))
+                .map(timestamp),
+            next_attempt_at: run
+                .due_at
+                .filter(|_| run.state == RunState::Failed)
+                .map(timestamp),
+            history: run.history.clone(),
+            progress: run.progress.clone(),
+            heartbeat_at: run.heartbeat_at.map(timestamp),
         }
     }
 }

@@ -18,7 +18,7 @@ use super::{
     error::{ApiError, ErrorCode},
 };
 use crate::{
-    domain::{Job, JobSpec, Run, RunTrigger, job::reschedules},
+    domain::{Job, JobSpec, RunTrigger, job::reschedules},
     store::JobPage,
     telemetry,
 };
@@ -173,13 +173,7 @@ pub(super) async fn trigger(
 ) -> Result<impl IntoResponse, ApiError> {
     let job = load(&state, &id).await?;
     let now = Utc::now();
-    let mut run = Run::new(
-        job.id,
-        now,
-        RunTrigger::Manual,
-        job.spec.settings.payload.clone(),
-        now,
-    );
+    let mut run = job.new_run(now, RunTrigger::Manual, now);
     run.fired_by = Some(state.inner.ownership.node().to_string());
     if state.store().insert_run(&run).await? {
         metrics::counter!(telemetry::FIRES, "trigger" => "manual").increment(1);

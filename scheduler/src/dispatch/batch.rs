@@ -212,7 +212,13 @@ impl Dispatcher {
             if self.declared.contains(&group) {
                 continue;
             }
-            if let Err(e) = topology::declare_group(channel, &group).await {
+            let declared = match topology::declare_group(channel, &group).await {
+                // The scheduler learns from these notices which tasks the broker
+                // dead-lettered (delivery limit reached).
+                Ok(()) => topology::declare_dead_letter_notices(channel, Some(&group)).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = declared {
                 let reason = format!("cannot declare the queue of group {group:?}: {e}");
                 error!(%group, error = %e, "cannot declare a group's queue; its tasks wait");
                 let mut retry = HashSet::new();

@@ -11,6 +11,7 @@ use chime_consumer::protocol::{PROTOCOL_VERSION, TaskMessage, topology::is_valid
 use super::{
     duration::HumanDuration,
     misfire::{MisfirePolicy, plan_fires},
+    retry::Backoff,
     run::{Run, RunTrigger},
     schedule::Schedule,
     validation::FieldError,
@@ -61,12 +62,23 @@ pub struct JobSettings {
     pub ack_timeout: HumanDuration,
     /// Most deliveries of one fire before it is given up.
     pub max_attempts: u32,
+    /// How long an acked run may go without a result or a heartbeat before it is
+    /// published again.
+    #[serde(default = "default_run_timeout")]
+    pub run_timeout: HumanDuration,
+    /// Delays between retries of failed attempts.
+    #[serde(default)]
+    pub backoff: Backoff,
     /// What to do with missed fires.
     pub misfire: MisfirePolicy,
     /// Most missed fires replayed by `catch_up`.
     pub catch_up_limit: u32,
     /// Whether fires may overlap.
     pub overlap: OverlapPolicy,
+}
+
+fn default_run_timeout() -> HumanDuration {
+    HumanDuration(limits::DEFAULT_RUN_TIMEOUT)
 }
 
 /// A validated job definition.
@@ -124,6 +136,12 @@ pub mod limits {
     /// Longest ack timeout: below RabbitMQ's default consumer timeout (30 min), past which
     /// the broker closes the consumer's channel anyway.
     pub const MAX_ACK_TIMEOUT: Duration = Duration::from_secs(25 * 60);
+    /// Default run timeout.
+    pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+    /// Shortest run timeout.
+    pub const MIN_RUN_TIMEOUT: Duration = Duration::from_secs(1);
+    /// Longest run timeout: a day of silence from a running handler.
+    pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
     /// Default max attempts.
     pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
     /// Most attempts.
@@ -203,6 +221,17 @@ impl JobSettings {
                 ),
             ));
         }
+        let run = self.run_timeout.get();
+        if !(limits::MIN_RUN_TIMEOUT..=limits::MAX_RUN_TIMEOUT).contains(&run) {
+            return Err(FieldError::new(
+                "run_timeout",
+                format!(
+                    "run_timeout {} is out of range: use 1s to 24h",
+                    self.run_timeout
+                ),
+            ));
+        }
+        self.backoff.validate()?;
         if !(1..=limits::MAX_ATTEMPTS).contains(&self.max_attempts) {
             return Err(FieldError::new(
                 "max_attempts",
@@ -290,21 +319,28 @@ impl Job {
         let runs = plan
             .fire_times
             .iter()
-            .map(|t| {
-                Run::new(
-                    self.id,
-                    *t,
-                    RunTrigger::Schedule,
-                    settings.payload.clone(),
-                    now,
-                )
-            })
+            .map(|t| self.new_run(*t, RunTrigger::Schedule, now))
             .collect();
         JobFires {
             runs,
             next_fire_at: plan.next_fire_at,
             misfired: plan.misfired,
         }
+    }
+
+    /// A new run of this job for the fire at `fire_time`, with the job's payload and
+    /// deadlines frozen into it.
+    pub fn new_run(
+        &self,
+        fire_time: DateTime<Utc>,
+        trigger: RunTrigger,
+        now: DateTime<Utc>,
+    ) -> Run {
+        let settings = &self.spec.settings;
+        let mut run = Run::new(self.id, fire_time, trigger, settings.payload.clone(), now);
+        run.ack_timeout = settings.ack_timeout.get();
+        run.run_timeout = settings.run_timeout.get();
+        run
     }
 
     /// The task message of `run` of this job. `published_at` is the run's creation time
@@ -323,6 +359,7 @@ impl Job {
             attempt: run.attempt,
             payload: run.payload.clone(),
             published_at: run.created_at,
+            run_timeout_ms: Some(run.run_timeout.as_millis() as u64),
         }
     }
 
@@ -356,6 +393,8 @@ mod tests {
                 payload: Value::Null,
                 ack_timeout: HumanDuration(limits::DEFAULT_ACK_TIMEOUT),
                 max_attempts: 5,
+                run_timeout: HumanDuration(limits::DEFAULT_RUN_TIMEOUT),
+                backoff: Default::default(),
                 misfire: MisfirePolicy::FireOnce,
                 catch_up_limit: 10,
                 overlap: OverlapPolicy::Allow,

@@ -1,16 +1,18 @@
 //! Chime's domain, free of I/O: schedules and their DST rules, misfire planning, jobs,
-//! runs, and the validation that turns user input into these types.
+//! runs, retry decisions, and the validation that turns user input into these types.
 
 pub mod cron_schedule;
 pub mod duration;
 pub mod job;
 pub mod misfire;
+pub mod retry;
 pub mod run;
 pub mod schedule;
 pub mod validation;
 
 pub use job::{DeliveryMode, Job, JobFires, JobSettings, JobSpec, OverlapPolicy, Target};
 pub use misfire::{FirePlan, MisfirePolicy, plan_fires};
+pub use retry::Backoff;
 pub use run::{Run, RunState, RunTrigger};
 pub use schedule::Schedule;
 pub use validation::FieldError;

@@ -2,10 +2,20 @@
 //! idempotency key, derived from (job id, scheduled fire time, shard index).
 //!
 //! ```text
-//! scheduled --confirmed--> dispatched --ack--> acked --result--> succeeded
-//!     |  (unconfirmed: re-published)                       \--> failed
-//!     \--------------- ack / result may overtake the confirm ---^
+//!            +----------- republish (same attempt): no confirm --------+
+//!            v                                                           |
+//! --> scheduled --confirm--> dispatched --ack--> acked --result ok--> succeeded
+//!      ^   ^                     |                 |  \
+//!      |   |  ack_timeout:       |  run_timeout:   |   \--retryable failure--> failed
+//!      |   +--attempt + 1 -------+--attempt + 1 ---+                              |
+//!      +------------------ backoff elapsed: attempt + 1 --------------------------+
+//!
+//! permanent failure, or any of the above with attempts exhausted --> dead
+//! dead --(dlq replay: attempt + 1)--> scheduled
 //! ```
+//!
+//! Every run in an unfinished state has a `due_at`: when the reconciler acts on it if
+//! nothing else happened first (see [`Run::due_at`]).
 
 use std::fmt;
 
@@ -14,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use chime_consumer::protocol::{manual_run_id, run_id};
+use chime_consumer::protocol::{AttemptRecord, Progress, manual_run_id, run_id};
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -28,9 +38,9 @@ pub enum RunState {
     Acked,
     /// The handler succeeded.
     Succeeded,
-    /// The handler failed.
+    /// The attempt failed retryably; the next attempt is published at `due_at`.
     Failed,
-    /// Given up: attempts exhausted or a permanent failure was dead-lettered.
+    /// Given up: attempts exhausted, a permanent failure, or dead-lettered by the broker.
     Dead,
 }
 
@@ -134,6 +144,22 @@ pub struct Run {
     pub output: Option<Value>,
     /// Why it failed, or why publishing it did not succeed yet.
     pub error: Option<String>,
+    /// How long a dispatched attempt may wait for an ack (frozen from the job).
+    pub ack_timeout: std::time::Duration,
+    /// How long an acked attempt may go without a result or heartbeat (frozen from the job).
+    pub run_timeout: std::time::Duration,
+    /// When the reconciler looks at the run next: for `scheduled`, when it entered that
+    /// state (re-published once it is `republish_after` old); `dispatched`: the ack
+    /// deadline; `acked`: the result deadline (moved by heartbeats); `failed`: when the
+    /// retry is due; `dead`: set until the dead letter is confirmed. None once nothing is
+    /// pending.
+    pub due_at: Option<DateTime<Utc>>,
+    /// Attempts that did not succeed, oldest first.
+    pub history: Vec<AttemptRecord>,
+    /// The handler's latest progress report.
+    pub progress: Option<Progress>,
+    /// When the consumer last sent a heartbeat.
+    pub heartbeat_at: Option<DateTime<Utc>>,
 }
 
 impl Run {
@@ -168,6 +194,12 @@ impl Run {
             fired_by: None,
             output: None,
             error: None,
+            ack_timeout: super::job::limits::DEFAULT_ACK_TIMEOUT,
+            run_timeout: super::job::limits::DEFAULT_RUN_TIMEOUT,
+            due_at: Some(super::schedule::truncate_ms(now)),
+            history: Vec::new(),
+            progress: None,
+            heartbeat_at: None,
         }
     }
 }

@@ -1,102 +1,254 @@
-//! The reconciler: finds runs that were recorded but never confirmed by the broker — the
-//! publish failed, was unroutable or nacked, or the node stopped between commit and
-//! confirm — and hands them to the dispatcher again, with the same idempotency key. It runs
-//! at start-up (picking up what a previous process left) and then periodically; its query
-//! reads only `scheduled` runs through a partial index, so its cost follows the backlog.
+//! The reconciler: makes the delivery promise hold. Every pass reads the runs past their
+//! `due_at` (through the `runs_due` index, so the cost follows the overdue runs, not the
+//! table) of the shards this node holds, and for each:
 //!
-//! In a cluster it works only on the shards this node holds, so nodes never act on the
-//! same run. When this node gains shards (a takeover or a rebalance) it at once picks up
-//! the runs their previous owner recorded but did not get confirmed.
+//! - `scheduled` longer than `republish_after` (publish failed, or the node stopped
+//!   between commit and confirm): publish again, same attempt;
+//! - `dispatched` past the ack timeout, or `acked` past the run timeout (heartbeats move
+//!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out;
+//! - `failed` whose backoff elapsed: publish the next attempt;
+//! - `dead` with its dead letter pending: publish the dead letter (run, job, reason,
+//!   history) to the group's dead-letter queue, confirmed, then note it.
+//!
+//! Every transition is a conditional update on the run's state and attempt, so a reply
+//! arriving meanwhile wins and nothing is acted on twice. In a cluster it works only on
+//! the shards this node holds; when this node gains shards it passes over them at once.
+//!
+//! Metrics: `chime_republishes_total{reason}`, `chime_retries_total`,
+//! `chime_dead_runs_total{reason}`, `chime_dead_letters_published_total`.
+
+mod dead_letters;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
+    broker::ConfirmedPublisher,
     cluster::Ownership,
     dispatch::DispatchHandle,
-    store::{Store, StoreError},
+    domain::{
+        RunState,
+        retry::{Missed, TimeoutVerdict, after_timeout},
+    },
+    store::{Expect, OverdueRun, Store, StoreError},
     telemetry,
 };
 
-/// Most runs handed over per pass.
+/// Most runs examined per page.
 const PASS_LIMIT: u32 = 1000;
+
+/// How the reconciler paces itself.
+#[derive(Debug, Clone, Copy)]
+pub struct ReconcileSettings {
+    /// Age at which an unconfirmed `scheduled` run is published again.
+    pub republish_after: Duration,
+    /// Time between passes.
+    pub interval: Duration,
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassReport {
+    /// Overdue runs examined.
+    pub examined: usize,
+    /// Runs handed to the dispatcher again (same or next attempt).
+    pub republished: usize,
+    /// Runs given up in this pass.
+    pub killed: usize,
+    /// Dead letters published and confirmed.
+    pub dead_lettered: usize,
+}
 
 /// The reconciler service.
 pub struct Reconciler {
     store: Arc<dyn Store>,
     dispatch: DispatchHandle,
+    publisher: Arc<ConfirmedPublisher>,
     ownership: Ownership,
-    republish_after: Duration,
+    settings: ReconcileSettings,
 }
 
 impl Reconciler {
-    /// Re-publishes runs of `ownership`'s shards unconfirmed for longer than
-    /// `republish_after`.
+    /// A reconciler of `ownership`'s shards, publishing dead letters through `publisher`.
     pub fn new(
         store: Arc<dyn Store>,
         dispatch: DispatchHandle,
+        publisher: Arc<ConfirmedPublisher>,
         ownership: Ownership,
-        republish_after: Duration,
+        settings: ReconcileSettings,
     ) -> Self {
         Self {
             store,
             dispatch,
+            publisher,
             ownership,
-            republish_after,
+            settings,
         }
     }
 
-    /// One pass over runs unconfirmed for longer than `republish_after`; returns how many
-    /// runs were handed to the dispatcher.
-    pub async fn run_once(&self) -> Result<usize, StoreError> {
+    /// One pass over the overdue runs of this node's shards.
+    pub async fn run_once(&self) -> Result<PassReport, StoreError> {
         let shards = self.ownership.shard_filter();
-        self.pass(self.republish_after, shards.as_deref(), "unconfirmed")
-            .await
+        self.pass(
+            self.settings.republish_after,
+            shards.as_deref(),
+            "unconfirmed",
+        )
+        .await
     }
 
-    /// Hands over runs of `shards` recorded more than `age` ago and still unconfirmed.
+    /// Acts on the runs of `shards` that are overdue now (`scheduled` ones: older than
+    /// `age`). `reason` labels the re-publishes of `scheduled` runs.
     async fn pass(
         &self,
         age: Duration,
         shards: Option<&[u32]>,
         reason: &'static str,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<PassReport, StoreError> {
+        let mut report = PassReport::default();
         if shards.is_some_and(<[u32]>::is_empty) {
-            return Ok(0);
+            return Ok(report);
         }
-        let cutoff = Utc::now() - chrono::Duration::from_std(age).expect("bounded");
-        let mut total = 0;
         loop {
-            let runs = self
+            let now = Utc::now();
+            let cutoff = now - chrono::Duration::from_std(age).expect("bounded");
+            let overdue = self
                 .store
-                .unconfirmed_runs(cutoff, PASS_LIMIT, shards)
+                .overdue_runs(now, cutoff, PASS_LIMIT, shards)
                 .await?;
-            let count = runs.len();
-            if count > 0 {
-                info!(runs = count, reason, "publishing unconfirmed runs again");
-                metrics::counter!(telemetry::REPUBLISHES, "reason" => reason)
-                    .increment(count as u64);
-                self.dispatch.resubmit(runs);
+            let count = overdue.len();
+            report.examined += count;
+            let mut dead = Vec::new();
+            for item in overdue {
+                match item.run.state {
+                    RunState::Scheduled => {
+                        metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
+                        self.dispatch.resubmit([item.job.task_message(&item.run)]);
+                        report.republished += 1;
+                    }
+                    RunState::Dispatched => {
+                        self.timed_out(item, Missed::Ack, now, &mut report, &mut dead)
+                            .await?
+                    }
+                    RunState::Acked => {
+                        self.timed_out(item, Missed::Run, now, &mut report, &mut dead)
+                            .await?
+                    }
+                    RunState::Failed => self.retry(item, now, &mut report).await?,
+                    RunState::Dead => dead.push(item),
+                    RunState::Succeeded => {}
+                }
             }
-            total += count;
-            // A takeover may find more than one page; a periodic pass leaves the rest to
-            // the next pass, after the dispatcher confirmed these.
+            report.dead_lettered += dead_letters::publish(
+                self.store.as_ref(),
+                &self.publisher,
+                self.ownership.node(),
+                dead,
+            )
+            .await?;
+            if report.republished + report.killed > 0 {
+                info!(
+                    examined = report.examined,
+                    republished = report.republished,
+                    dead = report.killed,
+                    reason,
+                    "reconciled overdue runs"
+                );
+            }
+            // A takeover drains every page at once; a periodic pass leaves the rest to the
+            // next pass, after the dispatcher confirmed these.
             if count < PASS_LIMIT as usize || reason != "takeover" {
-                return Ok(total);
+                return Ok(report);
             }
         }
     }
 
-    /// Runs a pass now and then every half `republish_after` until `cancel` fires; on
-    /// gaining shards, picks up their unconfirmed runs at once.
+    /// A run missed its ack or run deadline: the next attempt, or `dead`.
+    async fn timed_out(
+        &self,
+        mut item: OverdueRun,
+        missed: Missed,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+        dead: &mut Vec<OverdueRun>,
+    ) -> Result<(), StoreError> {
+        let run = &item.run;
+        let limit = match missed {
+            Missed::Ack => run.ack_timeout,
+            Missed::Run => run.run_timeout,
+        };
+        let expect = Expect::exactly(run.state, run.attempt);
+        let verdict = after_timeout(
+            missed,
+            run.attempt,
+            limit,
+            run.consumer.as_deref(),
+            item.job.spec.settings.max_attempts,
+            now,
+        );
+        match verdict {
+            TimeoutVerdict::Republish { record } => {
+                if self
+                    .store
+                    .next_attempt(run.id, expect, Some(&record), now)
+                    .await?
+                {
+                    metrics::counter!(telemetry::REPUBLISHES, "reason" => missed.event())
+                        .increment(1);
+                    item.run.attempt += 1;
+                    self.dispatch.resubmit([item.job.task_message(&item.run)]);
+                    report.republished += 1;
+                }
+            }
+            TimeoutVerdict::Dead { reason, record } => {
+                if self
+                    .store
+                    .kill_run(run.id, expect, &reason, Some(&record), false, now)
+                    .await?
+                {
+                    warn!(run_id = %run.id, job = %item.job.spec.name, %reason, "run given up");
+                    metrics::counter!(telemetry::DEAD_RUNS, "reason" => missed.event())
+                        .increment(1);
+                    item.run.state = RunState::Dead;
+                    item.run.error = Some(reason);
+                    item.run.history.push(record);
+                    report.killed += 1;
+                    dead.push(item);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A failed run's backoff elapsed: publish the next attempt.
+    async fn retry(
+        &self,
+        mut item: OverdueRun,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        let expect = Expect::exactly(RunState::Failed, item.run.attempt);
+        if self
+            .store
+            .next_attempt(item.run.id, expect, None, now)
+            .await?
+        {
+            metrics::counter!(telemetry::RETRIES).increment(1);
+            item.run.attempt += 1;
+            self.dispatch.resubmit([item.job.task_message(&item.run)]);
+            report.republished += 1;
+        }
+        Ok(())
+    }
+
+    /// Runs a pass at once (taking everything a previous process left), then every
+    /// `interval` until `cancel` fires; on gaining shards, passes over them at once.
     pub async fn run(self, cancel: CancellationToken) {
-        let period = (self.republish_after / 2).max(Duration::from_millis(500));
         let mut leases = self.ownership.subscribe();
         let mut known: BTreeSet<u32> = BTreeSet::new();
-        // The first pass takes everything a previous process left unconfirmed.
         let mut age = Duration::ZERO;
         let mut next_pass = tokio::time::Instant::now();
         loop {
@@ -114,22 +266,24 @@ impl Reconciler {
             if tokio::time::Instant::now() >= next_pass {
                 let shards = self.ownership.shard_filter();
                 self.report(self.pass(age, shards.as_deref(), "unconfirmed").await);
-                age = self.republish_after;
-                next_pass = tokio::time::Instant::now() + period;
+                age = self.settings.republish_after;
+                next_pass = tokio::time::Instant::now() + self.settings.interval;
             }
             tokio::select! {
-                () = cancel.cancelled() => return,
+                () = cancel.cancelled() => {
+                    self.publisher.close().await;
+                    return;
+                }
                 () = tokio::time::sleep_until(next_pass) => {}
                 Ok(()) = leases.changed() => {}
             }
         }
     }
 
-    fn report(&self, result: Result<usize, StoreError>) {
+    fn report(&self, result: Result<PassReport, StoreError>) {
         if let Err(error) = result {
             warn!(%error, "reconciler pass failed");
-            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "unconfirmed_runs")
-                .increment(1);
+            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "reconcile").increment(1);
         }
     }
 }

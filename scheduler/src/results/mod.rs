@@ -32,6 +32,7 @@ use chime_consumer::{
 
 use crate::{
     broker,
+    domain::RunState,
     store::{ReplyEffect, Store, StoreError},
     telemetry,
 };
@@ -168,14 +169,29 @@ impl ResultCollector {
     async fn apply(&self, reply: &Reply) -> Result<ReplyEffect, StoreError> {
         let (kind, effect) = match reply {
             Reply::Ack(ack) => ("ack", self.store.record_ack(ack).await?),
+            Reply::Heartbeat(heartbeat) => {
+                ("heartbeat", self.store.record_heartbeat(heartbeat).await?)
+            }
             Reply::Result(result) => {
-                let effect = self.store.record_result(result).await?;
-                if effect == ReplyEffect::Applied {
-                    let state = match result.outcome {
-                        TaskOutcome::Succeeded { .. } => "succeeded",
-                        TaskOutcome::Failed { .. } => "failed",
-                    };
-                    metrics::counter!(telemetry::RESULTS, "state" => state).increment(1);
+                let (effect, state) = self.store.record_result(result).await?;
+                if let Some(state) = state {
+                    metrics::counter!(telemetry::RESULTS, "state" => state.as_str()).increment(1);
+                    match (state, &result.outcome) {
+                        (RunState::Failed, _) => {
+                            metrics::counter!(telemetry::RETRIES_SCHEDULED).increment(1)
+                        }
+                        (RunState::Dead, TaskOutcome::Failed { error }) => {
+                            let reason = if error.retryable {
+                                "failed"
+                            } else {
+                                "permanent"
+                            };
+                            warn!(task_id = %result.task_id, reason, error = %error.message, "run given up");
+                            metrics::counter!(telemetry::DEAD_RUNS, "reason" => reason)
+                                .increment(1);
+                        }
+                        _ => {}
+                    }
                 }
                 ("result", effect)
             }
@@ -223,6 +239,12 @@ fn sanitise(reply: &mut Reply) {
     }
     match reply {
         Reply::Ack(ack) => clean(&mut ack.consumer),
+        Reply::Heartbeat(heartbeat) => {
+            clean(&mut heartbeat.consumer);
+            if let Some(note) = heartbeat.progress.as_mut().and_then(|p| p.note.as_mut()) {
+                clean(note);
+            }
+        }
         Reply::Result(result) => {
             clean(&mut result.consumer);
             match &mut result.outcome {

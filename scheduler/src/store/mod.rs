@@ -16,7 +16,8 @@ macro_rules! job_columns {
 macro_rules! run_columns {
     () => {
         "id, job_id, fire_time, shard, shard_total, attempt, state, trigger, payload, created_at, \
-         dispatched_at, acked_at, finished_at, consumer, output, error, fired_by"
+         dispatched_at, acked_at, finished_at, consumer, output, error, fired_by, ack_timeout_ms, \
+         run_timeout_ms, due_at, history, progress, heartbeat_at"
     };
 }
 
@@ -30,10 +31,15 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AckMessage, ResultMessage, TaskMessage};
+use chime_consumer::protocol::{
+    AckMessage, AttemptRecord, HeartbeatMessage, ResultMessage, TaskMessage,
+};
 
 use crate::cluster::DEFAULT_SHARD_COUNT;
-use crate::domain::{Job, MisfirePolicy, OverlapPolicy, Run};
+use crate::domain::{
+    Job, JobSettings, MisfirePolicy, OverlapPolicy, Run, RunState,
+    retry::{ResultVerdict, after_result},
+};
 
 pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
@@ -176,6 +182,53 @@ pub enum ReplyEffect {
     UnknownRun,
 }
 
+/// A run past its `due_at`, with its job, for the reconciler.
+#[derive(Debug, Clone)]
+pub struct OverdueRun {
+    /// The run as stored.
+    pub run: Run,
+    /// Its job.
+    pub job: Job,
+}
+
+/// The state and attempt a conditional run update expects to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    /// The run's state (`None`: any state but `succeeded` and `dead`).
+    pub state: Option<RunState>,
+    /// The run's attempt (`None`: any).
+    pub attempt: Option<u32>,
+}
+
+impl Expect {
+    /// Exactly this state and attempt.
+    pub fn exactly(state: RunState, attempt: u32) -> Self {
+        Self {
+            state: Some(state),
+            attempt: Some(attempt),
+        }
+    }
+
+    /// Any unfinished state, any attempt.
+    pub fn unfinished() -> Self {
+        Self {
+            state: None,
+            attempt: None,
+        }
+    }
+}
+
+/// What asking to replay a dead-lettered run found.
+#[derive(Debug, Clone)]
+pub enum Replay {
+    /// The run was `dead`; it is now `scheduled` as the next attempt, to be published.
+    Revived(Box<OverdueRun>),
+    /// The run is finished or under way already; nothing was changed.
+    NotDead(RunState),
+    /// No such run (its job was deleted).
+    Unknown,
+}
+
 /// Jobs and runs, durably. Every method is safe to call concurrently.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -233,18 +286,32 @@ pub trait Store: Send + Sync + 'static {
     /// Records one run (a manual trigger); false if a run with its id exists.
     async fn insert_run(&self, run: &Run) -> Result<bool, StoreError>;
 
-    /// Marks runs `dispatched` at `at` (only runs still `scheduled`).
+    /// Marks runs `dispatched` at `at` (only runs still `scheduled`); each must be acked
+    /// within its ack timeout.
     async fn mark_dispatched(&self, run_ids: &[Uuid], at: DateTime<Utc>) -> Result<(), StoreError>;
 
     /// Notes why a run's task is not published yet (unroutable, nacked); it stays
     /// `scheduled` and is published again.
     async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError>;
 
-    /// Applies a consumer's ack.
+    /// Applies a consumer's ack of the run's current attempt; the result (or a heartbeat)
+    /// is then due within the run timeout.
     async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError>;
 
-    /// Applies a consumer's result.
-    async fn record_result(&self, result: &ResultMessage) -> Result<ReplyEffect, StoreError>;
+    /// Applies a heartbeat of the run's current attempt: moves its deadline to a run
+    /// timeout from now and keeps any progress.
+    async fn record_heartbeat(
+        &self,
+        heartbeat: &HeartbeatMessage,
+    ) -> Result<ReplyEffect, StoreError>;
+
+    /// Applies a consumer's result as [`after_result`] decides: success, a retry after
+    /// the job's backoff (`failed`), or `dead` with the dead letter pending. When applied,
+    /// also returns the run's new state.
+    async fn record_result(
+        &self,
+        result: &ResultMessage,
+    ) -> Result<(ReplyEffect, Option<RunState>), StoreError>;
 
     /// A run by id.
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError>;
@@ -256,15 +323,50 @@ pub trait Store: Send + Sync + 'static {
     /// checked before publishing a task that waited in memory.
     async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError>;
 
-    /// Runs still `scheduled` that were recorded before `before`, oldest first: their
-    /// publish failed or the node stopped between commit and confirm. `shards` limits it
-    /// to runs of jobs in those shards (`None`: every shard).
-    async fn unconfirmed_runs(
+    /// Runs past their `due_at` at `now`, most overdue first, with their jobs — except
+    /// `scheduled` runs, which are overdue only once their `due_at` is before
+    /// `unconfirmed_before`. Reads only through the `due_at` index, so the cost follows
+    /// the number of overdue runs. `shards` limits it to jobs in those shards.
+    async fn overdue_runs(
         &self,
-        before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        unconfirmed_before: DateTime<Utc>,
         limit: u32,
         shards: Option<&[u32]>,
-    ) -> Result<Vec<TaskMessage>, StoreError>;
+    ) -> Result<Vec<OverdueRun>, StoreError>;
+
+    /// Moves a run found as `expect` to `scheduled` as attempt + 1, due now, noting
+    /// `record` in its history; false if the run changed meanwhile.
+    async fn next_attempt(
+        &self,
+        run_id: Uuid,
+        expect: Expect,
+        record: Option<&AttemptRecord>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Gives up a run found as `expect`: `dead` with `reason`, noting `record`. Unless
+    /// `dead_lettered` (the broker already put it in a dead-letter queue), the dead
+    /// letter is pending until [`Store::mark_dead_lettered`]. False if the run changed.
+    async fn kill_run(
+        &self,
+        run_id: Uuid,
+        expect: Expect,
+        reason: &str,
+        record: Option<&AttemptRecord>,
+        dead_lettered: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Notes that a dead run's dead letter was confirmed by the broker.
+    async fn mark_dead_lettered(&self, run_id: Uuid) -> Result<(), StoreError>;
+
+    /// Revives a `dead` run for a replay from a dead-letter queue: `scheduled` as
+    /// attempt + 1, with a `replayed` entry in its history.
+    async fn replay_run(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Replay, StoreError>;
+
+    /// Every consumer group some job targets.
+    async fn target_groups(&self) -> Result<Vec<String>, StoreError>;
 }
 
 /// Opens the store at `url` (`sqlite://FILE` or `postgres://...`) and applies migrations;
@@ -367,6 +469,50 @@ pub(crate) fn plan_batch(
         }
     }
     plan
+}
+
+/// What a result does to a run in `state` at `attempt` of a job with `settings`; shared
+/// by both backends' result transactions.
+pub(crate) fn result_verdict(
+    state: RunState,
+    attempt: u32,
+    settings: &JobSettings,
+    result: &ResultMessage,
+    now: DateTime<Utc>,
+) -> ResultVerdict {
+    after_result(
+        state,
+        attempt,
+        result,
+        settings.max_attempts,
+        &settings.backoff,
+        now,
+        rand::random::<f64>(),
+    )
+}
+
+/// Pairs runs with their jobs (runs whose job vanished meanwhile are left out).
+pub(crate) fn with_jobs(runs: Vec<Run>, jobs: Vec<Job>) -> Vec<OverdueRun> {
+    let jobs: std::collections::HashMap<Uuid, Job> =
+        jobs.into_iter().map(|job| (job.id, job)).collect();
+    runs.into_iter()
+        .filter_map(|run| {
+            let job = jobs.get(&run.job_id)?.clone();
+            Some(OverdueRun { run, job })
+        })
+        .collect()
+}
+
+/// The history entry of a replay from a dead-letter queue.
+pub(crate) fn replay_record(attempt: u32, now: DateTime<Utc>) -> AttemptRecord {
+    AttemptRecord {
+        attempt,
+        event: "replayed".into(),
+        at: now,
+        consumer: None,
+        error: Some("replayed from the dead-letter queue".into()),
+        retry_at: None,
+    }
 }
 
 /// Decodes job rows one by one: an unreadable row is logged and left out (the fire

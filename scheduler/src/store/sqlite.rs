@@ -8,23 +8,34 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use sqlx::{
-    Executor, Row, Sqlite, SqlitePool,
+    AssertSqlSafe, Executor, Row, Sqlite, SqlitePool,
     sqlite::{
         SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
     },
 };
 use uuid::Uuid;
 
-use chime_consumer::protocol::{
-    AckMessage, PROTOCOL_VERSION, ResultMessage, TaskMessage, TaskOutcome,
-};
+use chime_consumer::protocol::{AckMessage, AttemptRecord, HeartbeatMessage, ResultMessage};
 
 use super::{
-    FireBatch, Firing, JobPage, ReplyEffect, RunPage, Store, StoreError, corrupt, decode_jobs,
-    job_write_error, plan_batch,
+    Expect, FireBatch, Firing, JobPage, OverdueRun, Replay, ReplyEffect, RunPage, Store,
+    StoreError, corrupt, decode_jobs, job_write_error, plan_batch, replay_record, result_verdict,
+    with_jobs,
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
+use crate::domain::retry::ResultVerdict;
 use crate::domain::{Job, JobSpec, OverlapPolicy, Run, RunState, RunTrigger};
+
+/// The reconciler's filter: `due_at` past (`?1`; `scheduled` runs: past `?2`), jobs of
+/// the shards in `?3` (JSON array or NULL), most overdue first, at most `?4`.
+macro_rules! overdue_filter {
+    () => {
+        "WHERE due_at < ?1 AND (state <> 'scheduled' OR due_at < ?2)
+           AND (?3 IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = runs.job_id
+                                      AND j.shard IN (SELECT value FROM json_each(?3))))
+         ORDER BY due_at LIMIT ?4"
+    };
+}
 
 /// Jobs and runs in a SQLite file.
 #[derive(Debug, Clone)]
@@ -191,7 +202,36 @@ fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
         fired_by: row.try_get("fired_by")?,
         output: output.map(|o| json(&what, &o)).transpose()?,
         error: row.try_get("error")?,
+        ack_timeout: millis(row.try_get("ack_timeout_ms")?),
+        run_timeout: millis(row.try_get("run_timeout_ms")?),
+        due_at: opt_instant(&what, row.try_get("due_at")?)?,
+        history: serde_json::from_str(&row.try_get::<String, _>("history")?)
+            .map_err(|e| corrupt(&what, e))?,
+        progress: row
+            .try_get::<Option<String>, _>("progress")?
+            .map(|p| serde_json::from_str(&p))
+            .transpose()
+            .map_err(|e| corrupt(&what, e))?,
+        heartbeat_at: opt_instant(&what, row.try_get("heartbeat_at")?)?,
     })
+}
+
+fn millis(ms: i64) -> StdDuration {
+    StdDuration::from_millis(ms.max(0) as u64)
+}
+
+fn record_text(record: Option<&AttemptRecord>) -> Option<String> {
+    record.map(|r| serde_json::to_string(r).expect("records serialise"))
+}
+
+/// An [`Expect`] as SQL conditions on `state` and `attempt`, bound as parameters `n` and
+/// `n + 1`.
+fn expect_sql(n: usize) -> String {
+    format!(
+        "(?{n} IS NULL AND state NOT IN ('succeeded', 'dead') OR state = ?{n})
+         AND (?{m} IS NULL OR attempt = ?{m})",
+        m = n + 1
+    )
 }
 
 fn settings_text(job: &Job) -> String {
@@ -205,7 +245,8 @@ async fn insert_run<'e, E: Executor<'e, Database = Sqlite>>(
     let inserted = sqlx::query(concat!(
         "INSERT INTO runs (",
         run_columns!(),
-        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (id) DO NOTHING"
     ))
     .bind(run.id.to_string())
     .bind(run.job_id.to_string())
@@ -224,6 +265,16 @@ async fn insert_run<'e, E: Executor<'e, Database = Sqlite>>(
     .bind(run.output.as_ref().map(Value::to_string))
     .bind(&run.error)
     .bind(&run.fired_by)
+    .bind(run.ack_timeout.as_millis() as i64)
+    .bind(run.run_timeout.as_millis() as i64)
+    .bind(opt_ms(run.due_at))
+    .bind(serde_json::to_string(&run.history).expect("history serialises"))
+    .bind(
+        run.progress
+            .as_ref()
+            .map(|p| serde_json::to_string(p).expect("progress serialises")),
+    )
+    .bind(opt_ms(run.heartbeat_at))
     .execute(executor)
     .await?
     .rows_affected();
@@ -432,7 +483,7 @@ impl Store for SqliteStore {
             sqlx::query_scalar(
                 "SELECT DISTINCT job_id FROM runs
                  WHERE job_id IN (SELECT value FROM json_each(?))
-                   AND state IN ('scheduled', 'dispatched', 'acked')",
+                   AND state IN ('scheduled', 'dispatched', 'acked', 'failed')",
             )
             .bind(serde_json::to_string(&forbid).expect("uuids serialise"))
             .fetch_all(&mut *tx)
@@ -474,8 +525,9 @@ impl Store for SqliteStore {
         let ids = serde_json::to_string(&run_ids).expect("uuids serialise");
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query(
-            "UPDATE runs SET state = 'dispatched', dispatched_at = ?, error = NULL
-             WHERE id IN (SELECT value FROM json_each(?)) AND state = 'scheduled'",
+            "UPDATE runs SET state = 'dispatched', dispatched_at = ?1, error = NULL,
+                 due_at = ?1 + ack_timeout_ms
+             WHERE id IN (SELECT value FROM json_each(?2)) AND state = 'scheduled'",
         )
         .bind(ms(at))
         .bind(ids)
@@ -500,12 +552,14 @@ impl Store for SqliteStore {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let applied = sqlx::query(
             "UPDATE runs SET state = 'acked', acked_at = ?2, consumer = ?3,
-                 dispatched_at = COALESCE(dispatched_at, ?2)
-             WHERE id = ?1 AND state IN ('scheduled', 'dispatched')",
+                 dispatched_at = COALESCE(dispatched_at, ?2), due_at = ?5 + run_timeout_ms
+             WHERE id = ?1 AND state IN ('scheduled', 'dispatched') AND attempt = ?4",
         )
         .bind(ack.task_id.to_string())
         .bind(ms(ack.acked_at))
         .bind(&ack.consumer)
+        .bind(ack.attempt)
+        .bind(ms(Utc::now()))
         .execute(&mut *tx)
         .await?
         .rows_affected()
@@ -514,33 +568,114 @@ impl Store for SqliteStore {
         self.reply_effect(ack.task_id, applied).await
     }
 
-    async fn record_result(&self, result: &ResultMessage) -> Result<ReplyEffect, StoreError> {
-        let (state, output, error) = match &result.outcome {
-            TaskOutcome::Succeeded { output } => (
-                RunState::Succeeded,
-                output.as_ref().map(Value::to_string),
-                None,
-            ),
-            TaskOutcome::Failed { error } => (RunState::Failed, None, Some(error.message.clone())),
-        };
+    async fn record_heartbeat(
+        &self,
+        heartbeat: &HeartbeatMessage,
+    ) -> Result<ReplyEffect, StoreError> {
+        let progress = heartbeat
+            .progress
+            .as_ref()
+            .map(|p| serde_json::to_string(p).expect("progress serialises"));
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let applied = sqlx::query(
-            "UPDATE runs SET state = ?2, finished_at = ?3, consumer = ?4, output = ?5, error = ?6,
-                 acked_at = COALESCE(acked_at, ?3), dispatched_at = COALESCE(dispatched_at, ?3)
-             WHERE id = ?1 AND state NOT IN ('succeeded', 'dead')",
+            "UPDATE runs SET state = 'acked', heartbeat_at = ?2, consumer = ?3,
+                 acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2),
+                 progress = COALESCE(?5, progress), due_at = ?6 + run_timeout_ms
+             WHERE id = ?1 AND state IN ('dispatched', 'acked') AND attempt = ?4",
         )
-        .bind(result.task_id.to_string())
-        .bind(state.as_str())
-        .bind(ms(result.finished_at))
-        .bind(&result.consumer)
-        .bind(output)
-        .bind(error)
+        .bind(heartbeat.task_id.to_string())
+        .bind(ms(heartbeat.at))
+        .bind(&heartbeat.consumer)
+        .bind(heartbeat.attempt)
+        .bind(progress)
+        .bind(ms(Utc::now()))
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
         tx.commit().await?;
-        self.reply_effect(result.task_id, applied).await
+        self.reply_effect(heartbeat.task_id, applied).await
+    }
+
+    async fn record_result(
+        &self,
+        result: &ResultMessage,
+    ) -> Result<(ReplyEffect, Option<RunState>), StoreError> {
+        let now = Utc::now();
+        let id = result.task_id.to_string();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let Some(row) = sqlx::query(
+            "SELECT r.state, r.attempt, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
+             WHERE r.id = ?",
+        )
+        .bind(&id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok((ReplyEffect::UnknownRun, None));
+        };
+        let what = format!("run {id}");
+        let state: String = row.try_get("state")?;
+        let state =
+            RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?;
+        let settings: crate::domain::JobSettings =
+            serde_json::from_str(&row.try_get::<String, _>("settings")?)
+                .map_err(|e| corrupt(&what, e))?;
+        let verdict = result_verdict(state, row.try_get("attempt")?, &settings, result, now);
+        let finished = ms(result.finished_at);
+        let update = match &verdict {
+            ResultVerdict::Stale => return Ok((ReplyEffect::Stale, None)),
+            ResultVerdict::Succeeded => {
+                let output = match &result.outcome {
+                    chime_consumer::protocol::TaskOutcome::Succeeded { output } => {
+                        output.as_ref().map(Value::to_string)
+                    }
+                    chime_consumer::protocol::TaskOutcome::Failed { .. } => None,
+                };
+                sqlx::query(
+                    "UPDATE runs SET state = 'succeeded', finished_at = ?2, consumer = ?3,
+                         output = ?4, error = NULL, due_at = NULL,
+                         acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2)
+                     WHERE id = ?1",
+                )
+                .bind(&id)
+                .bind(finished)
+                .bind(&result.consumer)
+                .bind(output)
+            }
+            ResultVerdict::Retry { at, record } => sqlx::query(
+                "UPDATE runs SET state = 'failed', finished_at = ?2, consumer = ?3, error = ?4,
+                     due_at = ?5, history = json_insert(history, '$[#]', json(?6)),
+                     acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2)
+                 WHERE id = ?1",
+            )
+            .bind(&id)
+            .bind(finished)
+            .bind(&result.consumer)
+            .bind(record.error.clone())
+            .bind(ms(*at))
+            .bind(record_text(Some(record))),
+            ResultVerdict::Dead { reason, record } => sqlx::query(
+                "UPDATE runs SET state = 'dead', finished_at = ?2, consumer = ?3, error = ?4,
+                     due_at = ?5, history = json_insert(history, '$[#]', json(?6)),
+                     acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2)
+                 WHERE id = ?1",
+            )
+            .bind(&id)
+            .bind(finished)
+            .bind(&result.consumer)
+            .bind(reason.clone())
+            .bind(ms(now))
+            .bind(record_text(Some(record))),
+        };
+        update.execute(&mut *tx).await?;
+        tx.commit().await?;
+        let state = match verdict {
+            ResultVerdict::Succeeded => RunState::Succeeded,
+            ResultVerdict::Retry { .. } => RunState::Failed,
+            _ => RunState::Dead,
+        };
+        Ok((ReplyEffect::Applied, Some(state)))
     }
 
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
@@ -593,44 +728,191 @@ impl Store for SqliteStore {
         rows.iter().map(|id| uuid("run", id)).collect()
     }
 
-    async fn unconfirmed_runs(
+    async fn overdue_runs(
         &self,
-        before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        unconfirmed_before: DateTime<Utc>,
         limit: u32,
         shards: Option<&[u32]>,
-    ) -> Result<Vec<TaskMessage>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT r.id, r.job_id, j.app, j.name, json_extract(j.settings, '$.target.group') AS grp,
-                    r.fire_time, r.shard, r.shard_total, r.attempt, r.payload, r.created_at
-             FROM runs r JOIN jobs j ON j.id = r.job_id
-             WHERE r.state = 'scheduled' AND r.created_at < ?1
-               AND (?3 IS NULL OR j.shard IN (SELECT value FROM json_each(?3)))
-             ORDER BY r.created_at LIMIT ?2",
-        )
-        .bind(ms(before))
-        .bind(limit)
+    ) -> Result<Vec<OverdueRun>, StoreError> {
+        let runs = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs ",
+            overdue_filter!()
+        ))
+        .bind(ms(now))
+        .bind(ms(unconfirmed_before))
         .bind(shard_list(shards))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(run_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let job_ids: HashSet<Uuid> = runs.iter().map(|run| run.job_id).collect();
+        let jobs = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
+        ))
+        .bind(serde_json::to_string(&job_ids).expect("uuids serialise"))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(with_jobs(runs, decode_jobs(&jobs, job_from_row)))
+    }
+
+    async fn next_attempt(
+        &self,
+        run_id: Uuid,
+        expect: Expect,
+        record: Option<&AttemptRecord>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let changed = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE runs SET state = 'scheduled', attempt = attempt + 1, due_at = ?2,
+                 dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
+                 progress = NULL,
+                 history = CASE WHEN ?3 IS NULL THEN history
+                                ELSE json_insert(history, '$[#]', json(?3)) END
+             WHERE id = ?1 AND {}",
+            expect_sql(4)
+        )))
+        .bind(run_id.to_string())
+        .bind(ms(now))
+        .bind(record_text(record))
+        .bind(expect.state.map(RunState::as_str))
+        .bind(expect.attempt)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    async fn kill_run(
+        &self,
+        run_id: Uuid,
+        expect: Expect,
+        reason: &str,
+        record: Option<&AttemptRecord>,
+        dead_lettered: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let changed = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE runs SET state = 'dead', error = ?2, due_at = ?3,
+                 finished_at = COALESCE(finished_at, ?5),
+                 history = CASE WHEN ?4 IS NULL THEN history
+                                ELSE json_insert(history, '$[#]', json(?4)) END
+             WHERE id = ?1 AND {}",
+            expect_sql(6)
+        )))
+        .bind(run_id.to_string())
+        .bind(reason)
+        .bind((!dead_lettered).then(|| ms(now)))
+        .bind(record_text(record))
+        .bind(ms(now))
+        .bind(expect.state.map(RunState::as_str))
+        .bind(expect.attempt)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    async fn mark_dead_lettered(&self, run_id: Uuid) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("UPDATE runs SET due_at = NULL WHERE id = ? AND state = 'dead'")
+            .bind(run_id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn replay_run(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Replay, StoreError> {
+        let id = run_id.to_string();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let Some(row) = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = ?"
+        ))
+        .bind(&id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(Replay::Unknown);
+        };
+        let mut run = run_from_row(&row)?;
+        if run.state != RunState::Dead {
+            return Ok(Replay::NotDead(run.state));
+        }
+        let record = replay_record(run.attempt + 1, now);
+        sqlx::query(
+            "UPDATE runs SET state = 'scheduled', attempt = attempt + 1, due_at = ?2,
+                 dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
+                 progress = NULL, history = json_insert(history, '$[#]', json(?3))
+             WHERE id = ?1",
+        )
+        .bind(&id)
+        .bind(ms(now))
+        .bind(record_text(Some(&record)))
+        .execute(&mut *tx)
+        .await?;
+        let job = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = ?"
+        ))
+        .bind(run.job_id.to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+        let job = job_from_row(&job)?;
+        tx.commit().await?;
+        run.state = RunState::Scheduled;
+        run.attempt += 1;
+        run.due_at = Some(now);
+        run.history.push(record);
+        Ok(Replay::Revived(Box::new(OverdueRun { run, job })))
+    }
+
+    async fn target_groups(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT json_extract(settings, '$.target.group') AS grp FROM jobs ORDER BY grp",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+impl SqliteStore {
+    /// The query plan of the reconciler's overdue-runs query, one line per step, as
+    /// `EXPLAIN QUERY PLAN` prints it (for tests that its cost follows the overdue runs).
+    pub async fn explain_overdue(&self, shards: Option<&[u32]>) -> Result<Vec<String>, StoreError> {
+        let now = ms(Utc::now());
+        let rows = sqlx::query(concat!(
+            "EXPLAIN QUERY PLAN SELECT ",
+            run_columns!(),
+            " FROM runs ",
+            overdue_filter!()
+        ))
+        .bind(now)
+        .bind(now)
+        .bind(shard_list(shards))
+        .bind(1000)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|row| {
-                let id: String = row.try_get("id")?;
-                let what = format!("run {id}");
-                Ok(TaskMessage {
-                    v: PROTOCOL_VERSION,
-                    task_id: uuid(&what, &id)?,
-                    job_id: uuid(&what, &row.try_get::<String, _>("job_id")?)?,
-                    app: row.try_get("app")?,
-                    job: row.try_get("name")?,
-                    group: row.try_get("grp")?,
-                    fire_time: instant(&what, row.try_get("fire_time")?)?,
-                    shard: row.try_get("shard")?,
-                    shard_total: row.try_get("shard_total")?,
-                    attempt: row.try_get("attempt")?,
-                    payload: json(&what, &row.try_get::<String, _>("payload")?)?,
-                    published_at: instant(&what, row.try_get("created_at")?)?,
-                })
-            })
+            .map(|row| Ok(row.try_get::<String, _>("detail")?))
             .collect()
     }
 }

@@ -35,7 +35,7 @@ fn results(replies: &[Reply]) -> Vec<(bool, TaskOutcome)> {
         .iter()
         .filter_map(|r| match r {
             Reply::Result(result) => Some((result.replayed, result.outcome.clone())),
-            Reply::Ack(_) => None,
+            Reply::Ack(_) | Reply::Heartbeat(_) => None,
         })
         .collect()
 }

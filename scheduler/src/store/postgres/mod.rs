@@ -10,21 +10,23 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use sqlx::{
-    PgPool, Row,
+    AssertSqlSafe, PgPool, Row,
     postgres::{PgConnectOptions, PgPoolOptions, PgRow},
     types::Json,
 };
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, PROTOCOL_VERSION, ResultMessage, TaskMessage, TaskOutcome,
+    AckMessage, AttemptRecord, HeartbeatMessage, ResultMessage, TaskOutcome,
 };
 
 use super::{
-    FireBatch, Firing, JobPage, ReplyEffect, RunPage, Store, StoreError, corrupt, decode_jobs,
-    job_write_error, plan_batch,
+    Expect, FireBatch, Firing, JobPage, OverdueRun, Replay, ReplyEffect, RunPage, Store,
+    StoreError, corrupt, decode_jobs, job_write_error, plan_batch, replay_record, result_verdict,
+    with_jobs,
 };
 use crate::cluster::shard_of;
+use crate::domain::retry::ResultVerdict;
 use crate::domain::{Job, JobSpec, OverlapPolicy, Run, RunState, RunTrigger};
 
 /// A shard list as a PostgreSQL `int[]`; `None` means every shard.
@@ -126,7 +128,48 @@ fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
         fired_by: row.try_get("fired_by")?,
         output: row.try_get("output")?,
         error: row.try_get("error")?,
+        ack_timeout: millis(row.try_get("ack_timeout_ms")?),
+        run_timeout: millis(row.try_get("run_timeout_ms")?),
+        due_at: row.try_get("due_at")?,
+        history: row
+            .try_get::<Json<Vec<AttemptRecord>>, _>("history")
+            .map_err(|e| corrupt(&what, e))?
+            .0,
+        progress: row
+            .try_get::<Option<Json<_>>, _>("progress")
+            .map_err(|e| corrupt(&what, e))?
+            .map(|p| p.0),
+        heartbeat_at: row.try_get("heartbeat_at")?,
     })
+}
+
+fn millis(ms: i64) -> StdDuration {
+    StdDuration::from_millis(ms.max(0) as u64)
+}
+
+fn record_json(record: Option<&AttemptRecord>) -> Option<Json<&AttemptRecord>> {
+    record.map(Json)
+}
+
+/// An [`Expect`] as SQL conditions on `state` and `attempt`, bound as parameters `$n` and
+/// `$n+1`.
+fn expect_sql(n: usize) -> String {
+    format!(
+        "(${n}::text IS NULL AND state NOT IN ('succeeded', 'dead') OR state = ${n}::text)
+         AND (${m}::int IS NULL OR attempt = ${m}::int)",
+        m = n + 1
+    )
+}
+
+/// The reconciler's filter: `due_at` past `$1` (`scheduled` runs: past `$2`), jobs of the
+/// shards in `$3` (or every shard when NULL), most overdue first, at most `$4`.
+macro_rules! overdue_filter {
+    () => {
+        "WHERE due_at < $1 AND (state <> 'scheduled' OR due_at < $2)
+           AND ($3::int[] IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = runs.job_id
+                                             AND j.shard = ANY($3)))
+         ORDER BY due_at LIMIT $4"
+    };
 }
 
 impl PostgresStore {
@@ -161,6 +204,9 @@ struct RunColumns {
     payload: Vec<Value>,
     created_at: Vec<DateTime<Utc>>,
     fired_by: Vec<Option<String>>,
+    ack_timeout_ms: Vec<i64>,
+    run_timeout_ms: Vec<i64>,
+    due_at: Vec<Option<DateTime<Utc>>>,
 }
 
 impl RunColumns {
@@ -176,6 +222,9 @@ impl RunColumns {
         self.payload.push(run.payload.clone());
         self.created_at.push(run.created_at);
         self.fired_by.push(run.fired_by.clone());
+        self.ack_timeout_ms.push(run.ack_timeout.as_millis() as i64);
+        self.run_timeout_ms.push(run.run_timeout.as_millis() as i64);
+        self.due_at.push(run.due_at);
     }
 
     /// Inserts the runs, skipping ids already recorded; returns the ids inserted.
@@ -185,10 +234,11 @@ impl RunColumns {
         }
         let inserted = sqlx::query_scalar(
             "INSERT INTO runs (id, job_id, fire_time, shard, shard_total, attempt, state, trigger,
-                               payload, created_at, fired_by)
+                               payload, created_at, fired_by, ack_timeout_ms, run_timeout_ms,
+                               due_at)
              SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[],
                                   $6::int[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[],
-                                  $11::text[])
+                                  $11::text[], $12::bigint[], $13::bigint[], $14::timestamptz[])
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
         )
@@ -203,6 +253,9 @@ impl RunColumns {
         .bind(self.payload)
         .bind(self.created_at)
         .bind(self.fired_by)
+        .bind(self.ack_timeout_ms)
+        .bind(self.run_timeout_ms)
+        .bind(self.due_at)
         .fetch_all(conn)
         .await?;
         Ok(inserted)
@@ -396,7 +449,7 @@ impl Store for PostgresStore {
         } else {
             sqlx::query_scalar(
                 "SELECT DISTINCT job_id FROM runs
-                 WHERE job_id = ANY($1) AND state IN ('scheduled', 'dispatched', 'acked')",
+                 WHERE job_id = ANY($1) AND state IN ('scheduled', 'dispatched', 'acked', 'failed')",
             )
             .bind(&forbid)
             .fetch_all(&mut *tx)
@@ -447,7 +500,8 @@ impl Store for PostgresStore {
             return Ok(());
         }
         sqlx::query(
-            "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL
+            "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL,
+                 due_at = $2 + ack_timeout_ms * interval '1 millisecond'
              WHERE id = ANY($1) AND state = 'scheduled'",
         )
         .bind(run_ids)
@@ -469,12 +523,14 @@ impl Store for PostgresStore {
     async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError> {
         let applied = sqlx::query(
             "UPDATE runs SET state = 'acked', acked_at = $2, consumer = $3,
-                 dispatched_at = COALESCE(dispatched_at, $2)
-             WHERE id = $1 AND state IN ('scheduled', 'dispatched')",
+                 dispatched_at = COALESCE(dispatched_at, $2),
+                 due_at = now() + run_timeout_ms * interval '1 millisecond'
+             WHERE id = $1 AND state IN ('scheduled', 'dispatched') AND attempt = $4",
         )
         .bind(ack.task_id)
         .bind(ack.acked_at)
         .bind(&ack.consumer)
+        .bind(ack.attempt as i32)
         .execute(&self.pool)
         .await?
         .rows_affected()
@@ -482,27 +538,105 @@ impl Store for PostgresStore {
         self.reply_effect(ack.task_id, applied).await
     }
 
-    async fn record_result(&self, result: &ResultMessage) -> Result<ReplyEffect, StoreError> {
-        let (state, output, error) = match &result.outcome {
-            TaskOutcome::Succeeded { output } => (RunState::Succeeded, output.clone(), None),
-            TaskOutcome::Failed { error } => (RunState::Failed, None, Some(error.message.clone())),
-        };
+    async fn record_heartbeat(
+        &self,
+        heartbeat: &HeartbeatMessage,
+    ) -> Result<ReplyEffect, StoreError> {
         let applied = sqlx::query(
-            "UPDATE runs SET state = $2, finished_at = $3, consumer = $4, output = $5, error = $6,
-                 acked_at = COALESCE(acked_at, $3), dispatched_at = COALESCE(dispatched_at, $3)
-             WHERE id = $1 AND state NOT IN ('succeeded', 'dead')",
+            "UPDATE runs SET state = 'acked', heartbeat_at = $2, consumer = $3,
+                 acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2),
+                 progress = COALESCE($5, progress),
+                 due_at = now() + run_timeout_ms * interval '1 millisecond'
+             WHERE id = $1 AND state IN ('dispatched', 'acked') AND attempt = $4",
         )
-        .bind(result.task_id)
-        .bind(state.as_str())
-        .bind(result.finished_at)
-        .bind(&result.consumer)
-        .bind(output)
-        .bind(error)
+        .bind(heartbeat.task_id)
+        .bind(heartbeat.at)
+        .bind(&heartbeat.consumer)
+        .bind(heartbeat.attempt as i32)
+        .bind(heartbeat.progress.as_ref().map(Json))
         .execute(&self.pool)
         .await?
         .rows_affected()
             == 1;
-        self.reply_effect(result.task_id, applied).await
+        self.reply_effect(heartbeat.task_id, applied).await
+    }
+
+    async fn record_result(
+        &self,
+        result: &ResultMessage,
+    ) -> Result<(ReplyEffect, Option<RunState>), StoreError> {
+        let now = Utc::now();
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = sqlx::query(
+            "SELECT r.state, r.attempt, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
+             WHERE r.id = $1 FOR UPDATE OF r",
+        )
+        .bind(result.task_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok((ReplyEffect::UnknownRun, None));
+        };
+        let what = format!("run {}", result.task_id);
+        let state: String = row.try_get("state")?;
+        let state =
+            RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?;
+        let Json(settings) = row
+            .try_get::<Json<crate::domain::JobSettings>, _>("settings")
+            .map_err(|e| corrupt(&what, e))?;
+        let attempt = row.try_get::<i32, _>("attempt")? as u32;
+        let verdict = result_verdict(state, attempt, &settings, result, now);
+        let update = match &verdict {
+            ResultVerdict::Stale => return Ok((ReplyEffect::Stale, None)),
+            ResultVerdict::Succeeded => {
+                let output = match &result.outcome {
+                    TaskOutcome::Succeeded { output } => output.clone(),
+                    TaskOutcome::Failed { .. } => None,
+                };
+                sqlx::query(
+                    "UPDATE runs SET state = 'succeeded', finished_at = $2, consumer = $3,
+                         output = $4, error = NULL, due_at = NULL,
+                         acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2)
+                     WHERE id = $1",
+                )
+                .bind(result.task_id)
+                .bind(result.finished_at)
+                .bind(&result.consumer)
+                .bind(output)
+            }
+            ResultVerdict::Retry { at, record } => sqlx::query(
+                "UPDATE runs SET state = 'failed', finished_at = $2, consumer = $3, error = $4,
+                     due_at = $5, history = history || jsonb_build_array($6::jsonb),
+                     acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2)
+                 WHERE id = $1",
+            )
+            .bind(result.task_id)
+            .bind(result.finished_at)
+            .bind(&result.consumer)
+            .bind(record.error.clone())
+            .bind(*at)
+            .bind(Json(record.clone())),
+            ResultVerdict::Dead { reason, record } => sqlx::query(
+                "UPDATE runs SET state = 'dead', finished_at = $2, consumer = $3, error = $4,
+                     due_at = $5, history = history || jsonb_build_array($6::jsonb),
+                     acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2)
+                 WHERE id = $1",
+            )
+            .bind(result.task_id)
+            .bind(result.finished_at)
+            .bind(&result.consumer)
+            .bind(reason.clone())
+            .bind(now)
+            .bind(Json(record.clone())),
+        };
+        update.execute(&mut *tx).await?;
+        tx.commit().await?;
+        let state = match verdict {
+            ResultVerdict::Succeeded => RunState::Succeeded,
+            ResultVerdict::Retry { .. } => RunState::Failed,
+            _ => RunState::Dead,
+        };
+        Ok((ReplyEffect::Applied, Some(state)))
     }
 
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
@@ -551,42 +685,187 @@ impl Store for PostgresStore {
         Ok(ids.into_iter().collect())
     }
 
-    async fn unconfirmed_runs(
+    async fn overdue_runs(
         &self,
-        before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        unconfirmed_before: DateTime<Utc>,
         limit: u32,
         shards: Option<&[u32]>,
-    ) -> Result<Vec<TaskMessage>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT r.id, r.job_id, j.app, j.name, j.settings->'target'->>'group' AS grp,
-                    r.fire_time, r.shard, r.shard_total, r.attempt, r.payload, r.created_at
-             FROM runs r JOIN jobs j ON j.id = r.job_id
-             WHERE r.state = 'scheduled' AND r.created_at < $1
-               AND ($3::int[] IS NULL OR j.shard = ANY($3))
-             ORDER BY r.created_at LIMIT $2",
-        )
-        .bind(before)
-        .bind(i64::from(limit))
+    ) -> Result<Vec<OverdueRun>, StoreError> {
+        let runs = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs ",
+            overdue_filter!()
+        ))
+        .bind(now)
+        .bind(unconfirmed_before)
         .bind(shard_array(shards))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(run_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let job_ids: Vec<Uuid> = runs
+            .iter()
+            .map(|run| run.job_id)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let jobs = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = ANY($1)"
+        ))
+        .bind(&job_ids)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TaskMessage {
-                    v: PROTOCOL_VERSION,
-                    task_id: row.try_get("id")?,
-                    job_id: row.try_get("job_id")?,
-                    app: row.try_get("app")?,
-                    job: row.try_get("name")?,
-                    group: row.try_get("grp")?,
-                    fire_time: row.try_get("fire_time")?,
-                    shard: row.try_get::<i32, _>("shard")? as u32,
-                    shard_total: row.try_get::<i32, _>("shard_total")? as u32,
-                    attempt: row.try_get::<i32, _>("attempt")? as u32,
-                    payload: row.try_get("payload")?,
-                    published_at: row.try_get("created_at")?,
-                })
-            })
-            .collect()
+        Ok(with_jobs(runs, decode_jobs(&jobs, job_from_row)))
+    }
+
+    async fn next_attempt(
+        &self,
+        run_id: Uuid,
+        expect: Expect,
+        record: Option<&AttemptRecord>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let changed = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE runs SET state = 'scheduled', attempt = attempt + 1, due_at = $2,
+                 dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
+                 progress = NULL,
+                 history = CASE WHEN $3::jsonb IS NULL THEN history
+                                ELSE history || jsonb_build_array($3::jsonb) END
+             WHERE id = $1 AND {}",
+            expect_sql(4)
+        )))
+        .bind(run_id)
+        .bind(now)
+        .bind(record_json(record))
+        .bind(expect.state.map(RunState::as_str))
+        .bind(expect.attempt.map(|a| a as i32))
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1;
+        Ok(changed)
+    }
+
+    async fn kill_run(
+        &self,
+        run_id: Uuid,
+        expect: Expect,
+        reason: &str,
+        record: Option<&AttemptRecord>,
+        dead_lettered: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let changed = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE runs SET state = 'dead', error = $2, due_at = $3,
+                 finished_at = COALESCE(finished_at, $5),
+                 history = CASE WHEN $4::jsonb IS NULL THEN history
+                                ELSE history || jsonb_build_array($4::jsonb) END
+             WHERE id = $1 AND {}",
+            expect_sql(6)
+        )))
+        .bind(run_id)
+        .bind(reason)
+        .bind((!dead_lettered).then_some(now))
+        .bind(record_json(record))
+        .bind(now)
+        .bind(expect.state.map(RunState::as_str))
+        .bind(expect.attempt.map(|a| a as i32))
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1;
+        Ok(changed)
+    }
+
+    async fn mark_dead_lettered(&self, run_id: Uuid) -> Result<(), StoreError> {
+        sqlx::query("UPDATE runs SET due_at = NULL WHERE id = $1 AND state = 'dead'")
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn replay_run(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Replay, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = $1 FOR UPDATE"
+        ))
+        .bind(run_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(Replay::Unknown);
+        };
+        let mut run = run_from_row(&row)?;
+        if run.state != RunState::Dead {
+            return Ok(Replay::NotDead(run.state));
+        }
+        let record = replay_record(run.attempt + 1, now);
+        sqlx::query(
+            "UPDATE runs SET state = 'scheduled', attempt = attempt + 1, due_at = $2,
+                 dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
+                 progress = NULL, history = history || jsonb_build_array($3::jsonb)
+             WHERE id = $1",
+        )
+        .bind(run_id)
+        .bind(now)
+        .bind(Json(&record))
+        .execute(&mut *tx)
+        .await?;
+        let job = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = $1"
+        ))
+        .bind(run.job_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let job = job_from_row(&job)?;
+        tx.commit().await?;
+        run.state = RunState::Scheduled;
+        run.attempt += 1;
+        run.due_at = Some(now);
+        run.history.push(record);
+        Ok(Replay::Revived(Box::new(OverdueRun { run, job })))
+    }
+
+    async fn target_groups(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT settings->'target'->>'group' AS grp FROM jobs ORDER BY grp",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+impl PostgresStore {
+    /// `EXPLAIN (ANALYZE, FORMAT JSON)` of the reconciler's overdue-runs query, for tests
+    /// that its cost follows the number of overdue runs.
+    pub async fn explain_overdue(&self, shards: Option<&[u32]>) -> Result<Value, StoreError> {
+        let now = Utc::now();
+        let plan: Json<Value> = sqlx::query_scalar(concat!(
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT ",
+            run_columns!(),
+            " FROM runs ",
+            overdue_filter!()
+        ))
+        .bind(now)
+        .bind(now)
+        .bind(shard_array(shards))
+        .bind(1000_i64)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(plan.0)
     }
 }

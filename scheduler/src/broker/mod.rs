@@ -1,5 +1,10 @@
-//! Connections to RabbitMQ: connect with backoff (`chimed` outlives broker outages), and
-//! the best-effort queue declaration the API does when a job is created or updated.
+//! Connections to RabbitMQ: connect with backoff (`chimed` outlives broker outages), the
+//! best-effort queue declaration the API does when a job is created or updated, and a
+//! confirmed publisher for dead letters and replays ([`publisher`]).
+
+pub mod publisher;
+
+pub use publisher::{ConfirmedPublisher, PublishError};
 
 use std::time::Duration;
 
