@@ -10,12 +10,16 @@ use tokio::{net::TcpListener, sync::Notify, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+/// How often the DLQ depth and age gauges are sampled.
+const DLQ_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
+
 use crate::{
     api::{self, AppState},
     broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{DEFAULT_SHARD_COUNT, Membership, Ownership, notices},
     config::Config,
     dispatch::Dispatcher,
+    dlq::{self, DeadLetters},
     reconcile::{ReconcileSettings, Reconciler},
     results::ResultCollector,
     store::{self, Backend},
@@ -78,6 +82,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         },
     );
     let collector = ResultCollector::new(store.clone(), &config.amqp_url);
+    let dead_letters = Arc::new(DeadLetters::new(
+        store.clone(),
+        &config.amqp_url,
+        ownership.node(),
+    ));
     let state = AppState::new(
         backend.clone(),
         ownership.clone(),
@@ -85,6 +94,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         timer_handle.clone(),
         dispatch,
         GroupDeclarer::new(&config.amqp_url),
+        dead_letters.clone(),
         config.payload_limit,
         metrics,
     );
@@ -140,6 +150,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         Backend::Sqlite(_) => None,
     };
     let timer = supervise("timer", timer.run(intake.clone()), &intake, &fatal);
+    let notices = supervise(
+        "dead-letter notices",
+        dlq::notices::run(store.clone(), config.amqp_url.clone(), intake.clone()),
+        &intake,
+        &fatal,
+    );
+    let sampler = supervise(
+        "dead-letter sampler",
+        dead_letters.sample(DLQ_SAMPLE_INTERVAL, intake.clone()),
+        &intake,
+        &fatal,
+    );
     let reconciler = supervise(
         "reconciler",
         reconciler.run(intake.clone()),
@@ -167,7 +189,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         () = fatal.cancelled() => error!("a core task stopped; shutting down"),
     }
     intake.cancel();
-    let _ = tokio::join!(timer, reconciler, http);
+    let _ = tokio::join!(timer, reconciler, notices, sampler, http);
     info!("confirming in-flight publishes");
     drain.cancel();
     let _ = dispatcher.await;

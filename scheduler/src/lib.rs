@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod dispatch;
+pub mod dlq;
 pub mod domain;
 pub mod reconcile;
 pub mod results;

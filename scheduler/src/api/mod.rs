@@ -24,6 +24,7 @@ use crate::{
     broker::GroupDeclarer,
     cluster::{ClusterSettings, Ownership},
     dispatch::DispatchHandle,
+    dlq::DeadLetters,
     domain::Job,
     store::{Backend, Store},
     timer::TimerHandle,
@@ -44,14 +45,15 @@ struct Inner {
     timer: TimerHandle,
     dispatch: DispatchHandle,
     declarer: GroupDeclarer,
+    dead_letters: Arc<DeadLetters>,
     payload_limit: usize,
     metrics: PrometheusHandle,
 }
 
 impl AppState {
     /// State over a store and this node's shard ownership and lease settings, the timer
-    /// and dispatcher handles, a queue declarer, the payload limit (bytes of JSON) and the
-    /// metrics recorder to render.
+    /// and dispatcher handles, a queue declarer, the DLQ operations, the payload limit
+    /// (bytes of JSON) and the metrics recorder to render.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         backend: Backend,
@@ -60,6 +62,7 @@ impl AppState {
         timer: TimerHandle,
         dispatch: DispatchHandle,
         declarer: GroupDeclarer,
+        dead_letters: Arc<DeadLetters>,
         payload_limit: usize,
         metrics: PrometheusHandle,
     ) -> Self {
@@ -72,6 +75,7 @@ impl AppState {
                 timer,
                 dispatch,
                 declarer,
+                dead_letters,
                 payload_limit,
                 metrics,
             }),
