@@ -92,6 +92,11 @@ impl TestConsumer {
         .await;
     }
 
+    /// Waits for the process to exit by itself.
+    pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
+        self.child.wait().await.expect("wait for consumer")
+    }
+
     /// Kills it with SIGKILL.
     pub async fn kill(mut self) {
         chimed::signal(&self.child, "KILL");

@@ -50,8 +50,9 @@ pub enum IdempotencyError {
     },
 }
 
-/// Remembers outcomes by idempotency key. Only final outcomes are recorded: successes and
-/// permanent failures. A retryable failure is not, so the retry runs the handler again.
+/// Remembers outcomes by idempotency key. Only successes are recorded: after a failure —
+/// retryable or permanent — a later attempt (a retry, or a replay from the dead-letter
+/// queue once the handler was fixed) runs the handler again.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + 'static {
     /// The recorded outcome of `key`, if it finished before.
@@ -60,10 +61,8 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     async fn record(&self, key: Uuid, outcome: &RecordedOutcome) -> Result<(), IdempotencyError>;
 }
 
-/// Whether an outcome is final and belongs in an idempotency store.
+/// Whether an outcome belongs in an idempotency store: only a success is final for the
+/// handler's effects; a failed run may be replayed after a fix and must run again.
 pub(crate) fn is_final(outcome: &TaskOutcome) -> bool {
-    match outcome {
-        TaskOutcome::Succeeded { .. } => true,
-        TaskOutcome::Failed { error } => !error.retryable,
-    }
+    matches!(outcome, TaskOutcome::Succeeded { .. })
 }

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
-use super::{IdempotencyError, IdempotencyStore, RecordedOutcome, is_final};
+use super::{IdempotencyError, IdempotencyStore, RecordedOutcome};
 use crate::handler::{BoxFuture, HandlerResult, TaskContext, catch_panic, outcome_of};
 
 /// Advisory lock key guarding creation of the idempotency table ("chimeidem").
@@ -108,8 +108,8 @@ impl PgIdempotencyStore {
     /// Runs `handler` for `ctx` exactly once per idempotency key across every instance:
     /// the key's row is inserted first in a transaction (a concurrent delivery of the same
     /// key waits on that row lock), the handler runs with the transaction, and the outcome
-    /// commits with the handler's writes. A failure rolls the handler's writes back; a
-    /// permanent failure is then recorded on its own, a retryable one is not.
+    /// commits with the handler's writes. A failure rolls the handler's writes back and
+    /// leaves no record, so a later attempt runs the handler again.
     pub(crate) async fn execute(
         &self,
         handler: &dyn TransactionalHandler,
@@ -152,9 +152,6 @@ impl PgIdempotencyStore {
             tx.commit().await?;
         } else {
             tx.rollback().await?;
-            if is_final(&recorded.outcome) {
-                self.record(key, &recorded).await?;
-            }
         }
         Ok(TxExecution::Ran(recorded))
     }

@@ -10,7 +10,7 @@ use axum::{
 use serde::Serialize;
 use tracing::error;
 
-use crate::{domain::FieldError, store::StoreError};
+use crate::{dlq::DlqError, domain::FieldError, store::StoreError};
 
 /// Machine-readable error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -131,6 +131,25 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<DlqError> for ApiError {
+    fn from(e: DlqError) -> Self {
+        match e {
+            DlqError::NotADeadLetterQueue(_) => {
+                Self::field(ErrorCode::InvalidField, "queue", e.to_string())
+            }
+            DlqError::NoSuchQueue(_) => Self::new(ErrorCode::NotFound, e.to_string()),
+            DlqError::Broker(_) | DlqError::Publish(_) => {
+                error!(error = %e, "dead-letter operation failed on the broker");
+                Self::new(
+                    ErrorCode::Unavailable,
+                    "rabbitmq is unavailable or refused the operation; retry later",
+                )
+            }
+            DlqError::Store(e) => e.into(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Body<'a> {
     error: &'a ApiError,
@@ -181,5 +200,27 @@ mod tests {
         }
         .into();
         assert!(!bug.message.contains("secret"));
+    }
+
+    #[test]
+    fn dlq_errors_map_to_codes() {
+        let wrong: ApiError = DlqError::NotADeadLetterQueue("orders".into()).into();
+        assert_eq!(
+            (wrong.code.status(), wrong.field.as_deref()),
+            (StatusCode::BAD_REQUEST, Some("queue"))
+        );
+        assert!(
+            wrong.message.contains("dead-letter queue"),
+            "{}",
+            wrong.message
+        );
+        let missing: ApiError = DlqError::NoSuchQueue("chime.group.x.dlq".into()).into();
+        assert_eq!(missing.code, ErrorCode::NotFound);
+        let broker: ApiError =
+            DlqError::Broker(lapin::Error::from(lapin::ErrorKind::ChannelsLimitReached)).into();
+        assert_eq!(broker.code.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let store: ApiError =
+            DlqError::Store(StoreError::Database(sqlx::Error::PoolTimedOut)).into();
+        assert_eq!(store.code, ErrorCode::Unavailable);
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod body;
 pub mod cluster;
+pub mod dlq;
 pub mod dto;
 pub mod error;
 mod health;
@@ -116,6 +117,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::get))
         .route("/v1/cluster", get(cluster::status))
+        .route("/v1/dlq", get(dlq::list))
+        .route("/v1/dlq/{queue}/messages", get(dlq::peek))
+        .route("/v1/dlq/{queue}/replay", post(dlq::replay))
+        .route("/v1/dlq/{queue}/purge", post(dlq::purge))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -103,7 +103,9 @@ impl GroupDeclarer {
                 slot.open = Some((connection, channel));
             }
             let (_, channel) = slot.open.as_ref().expect("channel just opened");
-            topology::declare_group(channel, group).await
+            topology::declare_group(channel, group).await?;
+            // chimed learns from these which tasks the broker dead-letters.
+            topology::declare_dead_letter_notices(channel, Some(group)).await
         })
         .await;
         let error = match result {

@@ -5,7 +5,13 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::api::dto::{JobResponse, ListResponse};
+use crate::{
+    api::{
+        dlq::{DlqItems, PurgeResponse, ReplayRequest},
+        dto::{JobResponse, ListResponse},
+    },
+    dlq::{DlqMessage, DlqSummary, ReplayReport},
+};
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -161,5 +167,67 @@ impl Client {
             .find(|job| job.spec.name == name)
             .map(|job| job.id)
             .ok_or_else(|| ClientError::UnknownJob(reference.to_string()))
+    }
+
+    /// Every dead-letter queue, with depth, oldest age and reasons.
+    pub async fn dlq_list(&self) -> Result<Vec<DlqSummary>, ClientError> {
+        let list: DlqItems<DlqSummary> = self.get("/v1/dlq").await?;
+        Ok(list.items)
+    }
+
+    /// Up to `limit` messages at the head of dead-letter queue `queue`, left in place.
+    pub async fn dlq_peek(
+        &self,
+        queue: &str,
+        limit: usize,
+    ) -> Result<Vec<DlqMessage>, ClientError> {
+        let list: DlqItems<DlqMessage> = self
+            .get(&format!(
+                "/v1/dlq/{}/messages?limit={limit}",
+                segment(queue)
+            ))
+            .await?;
+        Ok(list.items)
+    }
+
+    /// One replay request: up to `request.limit` messages of `queue`.
+    pub async fn dlq_replay(
+        &self,
+        queue: &str,
+        request: &ReplayRequest,
+    ) -> Result<ReplayReport, ClientError> {
+        let body = serde_json::to_value(request).expect("a replay request serialises");
+        self.post(&format!("/v1/dlq/{}/replay", segment(queue)), Some(&body))
+            .await
+    }
+
+    /// Empties dead-letter queue `queue`.
+    pub async fn dlq_purge(&self, queue: &str) -> Result<PurgeResponse, ClientError> {
+        self.post(&format!("/v1/dlq/{}/purge", segment(queue)), None)
+            .await
+    }
+}
+
+/// `text` as one URL path segment: everything but unreserved characters percent-encoded.
+fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment;
+
+    #[test]
+    fn path_segments_are_encoded() {
+        assert_eq!(segment("chime.group.a-b_c.dlq"), "chime.group.a-b_c.dlq");
+        assert_eq!(segment("a/b?c d"), "a%2Fb%3Fc%20d");
     }
 }

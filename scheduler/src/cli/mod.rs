@@ -1,11 +1,13 @@
 //! `chimectl`: the command-line client of the HTTP API. Commands write to an injected
-//! writer (tables by default, the API's JSON with `--json`), so tests can run them.
+//! writer (tables by default, the API's JSON with `--json`), and progress, questions and
+//! answers go through an injected [`Terminal`], so tests can run them.
 
 mod client;
+mod dlq;
 mod job_args;
 mod table;
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -15,6 +17,7 @@ use crate::api::{
     dto::{JobResponse, ListResponse, RunResponse},
 };
 pub use client::{Client, ClientError};
+pub use dlq::DlqCommand;
 use job_args::AddArgs;
 
 /// Chime command-line client.
@@ -48,6 +51,9 @@ pub enum Command {
     Run(RunCommand),
     /// Show the cluster's nodes and which shards each holds.
     Cluster,
+    /// List, inspect, replay and purge dead-letter queues.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
 }
 
 /// `chimectl job ...`. JOB is a job id, `app/name`, or a name in app `default`.
@@ -109,8 +115,32 @@ pub enum RunCommand {
     },
 }
 
-/// Runs `cli`, writing output to `out`.
+/// Where a command writes progress and questions (`err`) and reads answers (`input`).
+pub struct Terminal<'a> {
+    /// Progress lines and questions; kept apart from the output so `--json` stays JSON.
+    pub err: &'a mut dyn Write,
+    /// Answers to questions.
+    pub input: &'a mut dyn BufRead,
+}
+
+/// Runs `cli`, writing output to `out`, progress and questions to stderr, and reading
+/// answers from stdin.
 pub async fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut err = std::io::stderr();
+    let mut input = std::io::stdin().lock();
+    let mut terminal = Terminal {
+        err: &mut err,
+        input: &mut input,
+    };
+    run_with(cli, out, &mut terminal).await
+}
+
+/// Runs `cli`, writing output to `out` and talking to the user through `terminal`.
+pub async fn run_with(
+    cli: Cli,
+    out: &mut dyn Write,
+    terminal: &mut Terminal<'_>,
+) -> anyhow::Result<()> {
     let client = Client::new(&cli.server)?;
     let json = cli.json;
     match cli.command {
@@ -124,6 +154,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
                 write!(out, "{}", table::cluster(&status)).context("writing output")
             }
         }
+        Command::Dlq(command) => dlq::dlq(&client, command, json, out, terminal).await,
     }
 }
 

@@ -4,7 +4,12 @@
 //!
 //! - `{"sleep_ms": N}`: take N ms;
 //! - `{"fail": "retryable" | "permanent"}`: fail that way;
-//! - `{"panic": true}`: panic.
+//! - `{"panic": true}`: panic;
+//! - `{"crash": true}`: abort the whole process after 300 ms (a poison message);
+//! - `{"fail_until_attempt": N}`: fail retryably while the attempt is below N;
+//! - `{"progress": true}`: report 50 % progress, then wait for the heartbeat to carry it.
+//!
+//! With `--heal`, `fail` and `crash` are ignored: the handler "was fixed".
 //!
 //! With `--postgres URL` it uses the PostgreSQL idempotency store and runs every task in
 //! the transactional form, recording each task id in table `test_effects` in the same
@@ -32,7 +37,12 @@ struct Args {
     /// Use the PostgreSQL idempotency store at this URL, transactional form.
     #[arg(long)]
     postgres: Option<String>,
+    /// Ignore `fail` and `crash` in payloads (the handler has been fixed).
+    #[arg(long)]
+    heal: bool,
 }
+
+static HEALED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 fn report(event: &str, ctx: &TaskContext) {
     let line = json!({
@@ -58,7 +68,29 @@ async fn behave(ctx: &TaskContext) -> HandlerResult {
     if payload.get("panic").and_then(Value::as_bool) == Some(true) {
         panic!("asked to panic");
     }
-    match payload.get("fail").and_then(Value::as_str) {
+    let healed = HEALED.get().copied().unwrap_or(false);
+    if payload.get("crash").and_then(Value::as_bool) == Some(true) && !healed {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        eprintln!("crashing on purpose");
+        std::process::abort();
+    }
+    if let Some(until) = payload.get("fail_until_attempt").and_then(Value::as_u64)
+        && u64::from(ctx.attempt()) < until
+    {
+        return Err(HandlerError::retryable(format!(
+            "failing attempt {} on purpose",
+            ctx.attempt()
+        )));
+    }
+    if payload.get("progress").and_then(Value::as_bool) == Some(true) {
+        ctx.report_progress(Some(50.0), Some("half way"));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    match payload
+        .get("fail")
+        .and_then(Value::as_str)
+        .filter(|_| !healed)
+    {
         Some("retryable") => return Err(HandlerError::retryable("asked to fail (retryable)")),
         Some("permanent") => return Err(HandlerError::permanent("asked to fail (permanent)")),
         _ => {}
@@ -80,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    HEALED.set(args.heal).expect("set once");
     let builder = Consumer::builder(&args.amqp_url, &args.group)
         .instance(&args.instance)
         .concurrency(args.concurrency);

@@ -65,12 +65,17 @@ async fn handler_panic_fails_the_run_and_the_consumer_lives_on() {
         .create_job(hourly("panicky", json!({"panic": true})))
         .await;
     let run = api.trigger(panicky["id"].as_str().unwrap()).await;
+    // A panic is a permanent failure: the run is given up at once, not retried.
     let failed = api
-        .wait_run(run["id"].as_str().unwrap(), "the run to fail", |r| {
-            r["state"] == "failed"
+        .wait_run(run["id"].as_str().unwrap(), "the run to be given up", |r| {
+            r["state"] == "dead"
         })
         .await;
-    assert_eq!(failed["error"], "handler panicked: asked to panic");
+    assert_eq!(
+        failed["error"],
+        "permanent failure: handler panicked: asked to panic"
+    );
+    assert_eq!(failed["attempt"], 1);
 
     let fine = api.create_job(hourly("fine", json!(null))).await;
     let run = api.trigger(fine["id"].as_str().unwrap()).await;

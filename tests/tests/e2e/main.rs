@@ -2,11 +2,13 @@
 //! `deploy/local/test.sh` makes sure RabbitMQ and PostgreSQL run; every test gets its own
 //! vhost and database.
 
+mod at_least_once;
 mod bad_input;
 mod cli;
 mod crash;
 mod delivery;
 mod demo;
+mod dlq_cli;
 mod duplicates;
 mod outage;
 mod restart;

@@ -82,6 +82,23 @@ async fn broker_connections_cut_under_load() {
         "chimed's and the consumer's connections were cut ({closed})"
     );
     let cut_at = Utc::now();
+    // Recovery: the first fire after the cut that went all the way to a result.
+    let recovered = wait::until(
+        "a fire after the cut to succeed",
+        Duration::from_secs(60),
+        || async {
+            let runs = s.chimed.api.runs(&ids[0]).await;
+            runs.iter()
+                .filter(|r| r["state"] == "succeeded" && time(&r["fire_time"]) > cut_at)
+                .map(|r| time(&r["finished_at"]))
+                .min()
+        },
+    )
+    .await;
+    println!(
+        "recovery after the broker cut: {} ms to the first finished fire",
+        (recovered - cut_at).num_milliseconds()
+    );
     every_fire_finished(&s, &ids, cut_at + chrono::Duration::seconds(4)).await;
     let metrics = s.chimed.api.metrics().await;
     assert!(

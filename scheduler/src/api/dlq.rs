@@ -1,0 +1,162 @@
+//! `/v1/dlq`: list the dead-letter queues, peek at, replay and purge one. The operations
+//! themselves live in [`crate::dlq`]; these handlers parse the request and shape the
+//! answer.
+
+use axum::{
+    Json,
+    body::Body,
+    extract::{Path, Query, State, rejection::QueryRejection},
+};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    AppState,
+    body::{parse_json, read_body},
+    error::{ApiError, ErrorCode},
+};
+use crate::dlq::{DlqMessage, DlqSummary, MAX_PEEK, ReplayReport};
+
+/// Messages `GET /v1/dlq/{queue}/messages` returns without a `limit`.
+pub const DEFAULT_PEEK: usize = 10;
+/// Messages `POST /v1/dlq/{queue}/replay` replays without a `limit`.
+pub const DEFAULT_REPLAY_LIMIT: u32 = 1000;
+
+/// `{"items": [...]}`: the dead-letter queues, or the messages of one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DlqItems<T> {
+    /// The queues or messages.
+    pub items: Vec<T>,
+}
+
+/// The query of `GET /v1/dlq/{queue}/messages`.
+#[derive(Debug, Deserialize)]
+pub struct PeekQuery {
+    /// How many messages, default 10, at most [`MAX_PEEK`].
+    pub limit: Option<usize>,
+}
+
+/// The optional body of `POST /v1/dlq/{queue}/replay`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// Only messages of this job (`app/name`, or a name in app `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// Replay at most this many, default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// The answer of `POST /v1/dlq/{queue}/purge`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PurgeResponse {
+    /// The queue emptied.
+    pub queue: String,
+    /// Messages removed.
+    pub purged: u32,
+}
+
+pub(super) async fn list(
+    State(state): State<AppState>,
+) -> Result<Json<DlqItems<DlqSummary>>, ApiError> {
+    let items = state.inner.dead_letters.list(true).await?;
+    Ok(Json(DlqItems { items }))
+}
+
+pub(super) async fn peek(
+    State(state): State<AppState>,
+    Path(queue): Path<String>,
+    query: Result<Query<PeekQuery>, QueryRejection>,
+) -> Result<Json<DlqItems<DlqMessage>>, ApiError> {
+    let Query(query) =
+        query.map_err(|e| ApiError::field(ErrorCode::InvalidField, "limit", e.body_text()))?;
+    let limit = peek_limit(query.limit)?;
+    let items = state.inner.dead_letters.peek(&queue, limit).await?;
+    Ok(Json(DlqItems { items }))
+}
+
+/// Replays up to `limit` messages in one request; a failure part-way answers with the
+/// error, and what was replayed before it stays replayed.
+pub(super) async fn replay(
+    State(state): State<AppState>,
+    Path(queue): Path<String>,
+    body: Body,
+) -> Result<Json<ReplayReport>, ApiError> {
+    let bytes = read_body(body, state.body_limit()).await?;
+    let request: ReplayRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
+        ReplayRequest::default()
+    } else {
+        parse_json(&bytes)?
+    };
+    let limit = replay_limit(request.limit)?;
+    let report = state
+        .inner
+        .dead_letters
+        .replay(&queue, request.job.as_deref(), limit, |_| {})
+        .await?;
+    Ok(Json(report))
+}
+
+pub(super) async fn purge(
+    State(state): State<AppState>,
+    Path(queue): Path<String>,
+) -> Result<Json<PurgeResponse>, ApiError> {
+    let purged = state.inner.dead_letters.purge(&queue).await?;
+    Ok(Json(PurgeResponse { queue, purged }))
+}
+
+fn peek_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_PEEK),
+        Some(n @ 1..=MAX_PEEK) => Ok(n),
+        Some(n) => Err(ApiError::field(
+            ErrorCode::InvalidField,
+            "limit",
+            format!("limit {n} is out of range: use 1 to {MAX_PEEK}"),
+        )),
+    }
+}
+
+fn replay_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_REPLAY_LIMIT),
+        Some(0) => Err(ApiError::field(
+            ErrorCode::InvalidField,
+            "limit",
+            "limit must be at least 1",
+        )),
+        Some(n) => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_have_defaults_and_bounds() {
+        assert_eq!(peek_limit(None).unwrap(), DEFAULT_PEEK);
+        assert_eq!(peek_limit(Some(MAX_PEEK)).unwrap(), MAX_PEEK);
+        for bad in [0, MAX_PEEK + 1] {
+            let error = peek_limit(Some(bad)).unwrap_err();
+            assert_eq!(
+                (error.code, error.field.as_deref()),
+                (ErrorCode::InvalidField, Some("limit"))
+            );
+        }
+        assert_eq!(replay_limit(None).unwrap(), DEFAULT_REPLAY_LIMIT);
+        assert_eq!(replay_limit(Some(5)).unwrap(), 5);
+        assert!(replay_limit(Some(0)).is_err());
+    }
+
+    #[test]
+    fn replay_body_refuses_unknown_fields() {
+        let request: ReplayRequest = parse_json(br#"{"job": "e2e/x", "limit": 3}"#).unwrap();
+        assert_eq!(
+            (request.job.as_deref(), request.limit),
+            (Some("e2e/x"), Some(3))
+        );
+        let error = parse_json::<ReplayRequest>(br#"{"jobs": "x"}"#).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("jobs"));
+    }
+}
