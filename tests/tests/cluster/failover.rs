@@ -156,8 +156,8 @@ async fn a_dead_nodes_unpublished_runs_are_published_by_the_new_owner() {
     let mut conn = PgConnection::connect(cluster.db.url()).await.unwrap();
     sqlx::query(
         "INSERT INTO runs (id, job_id, fire_time, shard, shard_total, attempt, state, trigger,
-                           payload, created_at, fired_by)
-         VALUES ($1, $2, now(), 0, 1, 1, 'scheduled', 'schedule', '{}', now(), $3)",
+                           payload, created_at, fired_by, due_at)
+         VALUES ($1, $2, now(), 0, 1, 1, 'scheduled', 'schedule', '{}', now(), $3, now())",
     )
     .bind(run_id)
     .bind(job_id)
