@@ -362,8 +362,33 @@ pub trait Store: Send + Sync + 'static {
     async fn mark_dead_lettered(&self, run_id: Uuid) -> Result<(), StoreError>;
 
     /// Revives a `dead` run for a replay from a dead-letter queue: `scheduled` as
-    /// attempt + 1, with a `replayed` entry in its history.
-    async fn replay_run(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Replay, StoreError>;
+    /// attempt + 1, with a `replayed` entry in its history (a conditional
+    /// [`Store::next_attempt`], so two concurrent replays revive it once).
+    async fn replay_run(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Replay, StoreError> {
+        let Some(mut run) = self.get_run(run_id).await? else {
+            return Ok(Replay::Unknown);
+        };
+        if run.state != RunState::Dead {
+            return Ok(Replay::NotDead(run.state));
+        }
+        let record = replay_record(run.attempt + 1, now);
+        let expect = Expect::exactly(RunState::Dead, run.attempt);
+        if !self
+            .next_attempt(run_id, expect, Some(&record), now)
+            .await?
+        {
+            let state = self.get_run(run_id).await?.map(|r| r.state);
+            return Ok(state.map_or(Replay::Unknown, Replay::NotDead));
+        }
+        let Some(job) = self.get_job(run.job_id).await? else {
+            return Ok(Replay::Unknown);
+        };
+        run.state = RunState::Scheduled;
+        run.attempt += 1;
+        run.due_at = Some(now);
+        run.history.push(record);
+        Ok(Replay::Revived(Box::new(OverdueRun { run, job })))
+    }
 
     /// Every consumer group some job targets.
     async fn target_groups(&self) -> Result<Vec<String>, StoreError>;
@@ -504,7 +529,7 @@ pub(crate) fn with_jobs(runs: Vec<Run>, jobs: Vec<Job>) -> Vec<OverdueRun> {
 }
 
 /// The history entry of a replay from a dead-letter queue.
-pub(crate) fn replay_record(attempt: u32, now: DateTime<Utc>) -> AttemptRecord {
+fn replay_record(attempt: u32, now: DateTime<Utc>) -> AttemptRecord {
     AttemptRecord {
         attempt,
         event: "replayed".into(),

@@ -18,9 +18,8 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AckMessage, AttemptRecord, HeartbeatMessage, ResultMessage};
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, OverdueRun, Replay, ReplyEffect, RunPage, Store,
-    StoreError, corrupt, decode_jobs, job_write_error, plan_batch, replay_record, result_verdict,
-    with_jobs,
+    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyEffect, RunPage, Store, StoreError,
+    corrupt, decode_jobs, job_write_error, plan_batch, result_verdict, with_jobs,
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::retry::ResultVerdict;
@@ -836,53 +835,6 @@ impl Store for SqliteStore {
             .await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    async fn replay_run(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Replay, StoreError> {
-        let id = run_id.to_string();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let Some(row) = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE id = ?"
-        ))
-        .bind(&id)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok(Replay::Unknown);
-        };
-        let mut run = run_from_row(&row)?;
-        if run.state != RunState::Dead {
-            return Ok(Replay::NotDead(run.state));
-        }
-        let record = replay_record(run.attempt + 1, now);
-        sqlx::query(
-            "UPDATE runs SET state = 'scheduled', attempt = attempt + 1, due_at = ?2,
-                 dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
-                 progress = NULL, history = json_insert(history, '$[#]', json(?3))
-             WHERE id = ?1",
-        )
-        .bind(&id)
-        .bind(ms(now))
-        .bind(record_text(Some(&record)))
-        .execute(&mut *tx)
-        .await?;
-        let job = sqlx::query(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE id = ?"
-        ))
-        .bind(run.job_id.to_string())
-        .fetch_one(&mut *tx)
-        .await?;
-        let job = job_from_row(&job)?;
-        tx.commit().await?;
-        run.state = RunState::Scheduled;
-        run.attempt += 1;
-        run.due_at = Some(now);
-        run.history.push(record);
-        Ok(Replay::Revived(Box::new(OverdueRun { run, job })))
     }
 
     async fn target_groups(&self) -> Result<Vec<String>, StoreError> {
