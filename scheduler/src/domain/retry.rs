@@ -100,6 +100,18 @@ pub enum ResultVerdict {
     },
 }
 
+impl ResultVerdict {
+    /// The state the verdict leaves the run in (None: unchanged).
+    pub fn state(&self) -> Option<RunState> {
+        match self {
+            ResultVerdict::Stale => None,
+            ResultVerdict::Succeeded => Some(RunState::Succeeded),
+            ResultVerdict::Retry { .. } => Some(RunState::Failed),
+            ResultVerdict::Dead { .. } => Some(RunState::Dead),
+        }
+    }
+}
+
 /// Decides what `result` does to a run in `state` at `attempt`, given the job's
 /// `max_attempts` and `backoff`. `unit` is a random number in `[0, 1)` for the jitter.
 pub fn after_result(

@@ -669,12 +669,7 @@ impl Store for SqliteStore {
         };
         update.execute(&mut *tx).await?;
         tx.commit().await?;
-        let state = match verdict {
-            ResultVerdict::Succeeded => RunState::Succeeded,
-            ResultVerdict::Retry { .. } => RunState::Failed,
-            _ => RunState::Dead,
-        };
-        Ok((ReplyEffect::Applied, Some(state)))
+        Ok((ReplyEffect::Applied, verdict.state()))
     }
 
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
