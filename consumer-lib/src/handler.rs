@@ -293,6 +293,8 @@ mod tests {
                 shard: 0,
                 shard_total: 1,
                 attempt: 1,
+                mode: Default::default(),
+                zone: None,
                 payload,
                 published_at: Utc::now(),
                 run_timeout_ms: None,

@@ -49,6 +49,8 @@ impl TaskBuilder {
                 shard: 0,
                 shard_total: 1,
                 attempt: 1,
+                mode: Default::default(),
+                zone: None,
                 payload: Value::Null,
                 published_at: now,
                 run_timeout_ms: None,

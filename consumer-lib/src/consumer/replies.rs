@@ -96,7 +96,12 @@ impl ReplyPublisher {
         let properties = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_delivery_mode(2)
-            .with_message_id(reply.task_id().to_string().into());
+            .with_message_id(
+                reply
+                    .task_id()
+                    .map_or_else(|| "presence".to_string(), |id| id.to_string())
+                    .into(),
+            );
         let confirm = self
             .channel
             .basic_publish(

@@ -120,6 +120,8 @@ mod tests {
             shard: 0,
             shard_total: 1,
             attempt: 3,
+            mode: Default::default(),
+            zone: None,
             payload: json!({"x": 1}),
             published_at: "2026-11-21T10:00:09Z".parse().unwrap(),
             run_timeout_ms: None,

@@ -22,6 +22,48 @@ pub enum ProtocolError {
     },
 }
 
+/// How a job's fires are delivered; decides where its tasks are routed (see
+/// [`super::topology::task_route`]) and what consumers do with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// One instance of the target group runs each fire (competing consumers on the
+    /// group's work queue).
+    #[default]
+    Group,
+    /// Every live instance subscribed to the group's broadcasts runs each fire, from its
+    /// own per-instance queue.
+    Broadcast,
+    /// One instance per zone runs each fire, from the work queue of its (group, zone).
+    Zone,
+    /// Each fire is split into `shard_total` items spread over the group's instances.
+    Sharded,
+}
+
+impl DeliveryMode {
+    /// The mode's name in the API and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryMode::Group => "group",
+            DeliveryMode::Broadcast => "broadcast",
+            DeliveryMode::Zone => "zone",
+            DeliveryMode::Sharded => "sharded",
+        }
+    }
+
+    /// Parses a mode name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            DeliveryMode::Group,
+            DeliveryMode::Broadcast,
+            DeliveryMode::Zone,
+            DeliveryMode::Sharded,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == name)
+    }
+}
+
 /// One task: a single fire of a job (one shard item of it), published by the scheduler to
 /// the job's target group. `task_id` is the run id and the idempotency key: every
 /// re-publish of the same fire carries the same `task_id` and a higher `attempt`.
@@ -47,6 +89,12 @@ pub struct TaskMessage {
     pub shard_total: u32,
     /// Delivery attempt, starting at 1.
     pub attempt: u32,
+    /// How the job's fires are delivered (absent: `group`).
+    #[serde(default, skip_serializing_if = "is_group")]
+    pub mode: DeliveryMode,
+    /// The zone this item is for (`zone` mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
     /// The job's payload as configured when the run was recorded.
     pub payload: Value,
     /// When the scheduler published this attempt.
@@ -56,6 +104,10 @@ pub struct TaskMessage {
     /// heartbeats well within it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_timeout_ms: Option<u64>,
+}
+
+fn is_group(mode: &DeliveryMode) -> bool {
+    *mode == DeliveryMode::Group
 }
 
 impl TaskMessage {
@@ -82,6 +134,9 @@ pub enum Reply {
     Result(ResultMessage),
     /// The handler is still running, optionally with progress to show on the run.
     Heartbeat(HeartbeatMessage),
+    /// "This instance is alive": sent periodically by every consumer instance, so the
+    /// scheduler knows which zones have live consumers.
+    Presence(PresenceMessage),
 }
 
 impl Reply {
@@ -103,15 +158,17 @@ impl Reply {
             Reply::Ack(ack) => ack.v,
             Reply::Result(result) => result.v,
             Reply::Heartbeat(heartbeat) => heartbeat.v,
+            Reply::Presence(presence) => presence.v,
         }
     }
 
-    /// The task the reply is about.
-    pub fn task_id(&self) -> Uuid {
+    /// The task the reply is about (none for a presence message).
+    pub fn task_id(&self) -> Option<Uuid> {
         match self {
-            Reply::Ack(ack) => ack.task_id,
-            Reply::Result(result) => result.task_id,
-            Reply::Heartbeat(heartbeat) => heartbeat.task_id,
+            Reply::Ack(ack) => Some(ack.task_id),
+            Reply::Result(result) => Some(result.task_id),
+            Reply::Heartbeat(heartbeat) => Some(heartbeat.task_id),
+            Reply::Presence(_) => None,
         }
     }
 }
@@ -172,6 +229,31 @@ pub struct HeartbeatMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
 }
+
+/// "Instance `instance` of group `group` is alive." Sent every [`PRESENCE_INTERVAL_MS`];
+/// an instance not heard from for [`PRESENCE_TTL_MS`] counts as gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PresenceMessage {
+    /// Protocol version.
+    pub v: u32,
+    /// Consumer instance id.
+    pub instance: String,
+    /// The instance's consumer group.
+    pub group: String,
+    /// The instance's zone, if it declared one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Whether the instance receives the group's broadcasts.
+    #[serde(default)]
+    pub broadcast: bool,
+    /// When it was sent.
+    pub at: DateTime<Utc>,
+}
+
+/// How often a consumer instance announces itself.
+pub const PRESENCE_INTERVAL_MS: u64 = 5_000;
+/// How long an instance counts as live after its last presence message.
+pub const PRESENCE_TTL_MS: u64 = 3 * PRESENCE_INTERVAL_MS;
 
 /// Progress a handler reports; shown on the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -238,6 +320,8 @@ mod tests {
             shard: 0,
             shard_total: 1,
             attempt: 1,
+            mode: DeliveryMode::Group,
+            zone: None,
             payload: json!({"older_than_min": 30}),
             published_at: "2026-11-21T10:00:00.004Z".parse().unwrap(),
             run_timeout_ms: Some(300_000),
@@ -315,12 +399,43 @@ mod tests {
             panic!("expected a heartbeat")
         };
         assert_eq!(heartbeat.progress.as_ref().unwrap().percent, Some(40.0));
-        assert_eq!(reply.task_id(), Uuid::from_u128(7));
+        assert_eq!(reply.task_id(), Some(Uuid::from_u128(7)));
         let bare = json!({
             "type": "heartbeat", "v": 1, "task_id": Uuid::from_u128(7), "attempt": 1,
             "consumer": "c", "at": "2026-11-21T10:00:05Z"
         });
         assert!(Reply::from_slice(bare.to_string().as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn mode_and_zone_travel_only_when_not_default() {
+        let plain = serde_json::to_value(task()).unwrap();
+        assert!(plain.get("mode").is_none() && plain.get("zone").is_none());
+        let mut zoned = task();
+        zoned.mode = DeliveryMode::Zone;
+        zoned.zone = Some("dc1".into());
+        let value = serde_json::to_value(&zoned).unwrap();
+        assert_eq!(value["mode"], "zone");
+        assert_eq!(value["zone"], "dc1");
+        assert_eq!(TaskMessage::from_slice(&zoned.to_vec()).unwrap(), zoned);
+        for mode in ["group", "broadcast", "zone", "sharded"] {
+            assert_eq!(DeliveryMode::parse(mode).unwrap().as_str(), mode);
+        }
+    }
+
+    #[test]
+    fn presence_wire_shape() {
+        let body = json!({
+            "type": "presence", "v": 1, "instance": "web-1", "group": "catalog",
+            "zone": "dc1", "broadcast": true, "at": "2026-11-21T10:00:05Z"
+        });
+        let reply = Reply::from_slice(body.to_string().as_bytes()).unwrap();
+        let Reply::Presence(presence) = &reply else {
+            panic!("expected presence")
+        };
+        assert_eq!(presence.zone.as_deref(), Some("dc1"));
+        assert!(presence.broadcast);
+        assert_eq!(reply.task_id(), None);
     }
 
     #[test]

@@ -11,10 +11,11 @@ pub mod topology;
 
 pub use dead_letter::{AttemptRecord, DeadLetterMessage};
 pub use messages::{
-    AckMessage, HeartbeatMessage, Progress, ProtocolError, Reply, ResultMessage, TaskError,
-    TaskMessage, TaskOutcome,
+    AckMessage, DeliveryMode, HeartbeatMessage, PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS,
+    PresenceMessage, Progress, ProtocolError, Reply, ResultMessage, TaskError, TaskMessage,
+    TaskOutcome,
 };
-pub use run_id::{manual_run_id, run_id};
+pub use run_id::{broadcast_idempotency_key, item_run_id, manual_run_id, run_id};
 
 /// Version carried in every message's `v` field. A reader rejects a message with a
 /// different version instead of guessing at its meaning.
