@@ -63,8 +63,11 @@ pub const DLQ_REPLAYED: &str = "chime_dlq_replayed_total";
 /// transaction (the node lost or could not renew it).
 pub const FIRES_FENCED: &str = "chime_fires_fenced_total";
 /// Due fires skipped, by `reason` (`overlap`: the previous run is unfinished and the job
-/// forbids overlap).
+/// forbids overlap; `no_live_zone`: a zone job without its own zone list found no zone
+/// with live consumers).
 pub const FIRES_SKIPPED: &str = "chime_fires_skipped_total";
+/// Observer copies (on `chime.topics`) the broker did not confirm; they never affect runs.
+pub const TOPIC_COPIES_LOST: &str = "chime_topic_copies_lost_total";
 /// Fenced tasks not published because this node no longer trusted their shard's lease.
 pub const DISPATCH_UNOWNED: &str = "chime_dispatch_unowned_total";
 /// Lease renewal rounds, by `outcome` (`ok`, `error`).
@@ -188,6 +191,10 @@ fn describe() {
         "Fires refused because the shard lease was not proven."
     );
     describe_counter!(FIRES_SKIPPED, "Due fires skipped, by reason.");
+    describe_counter!(
+        TOPIC_COPIES_LOST,
+        "Observer copies of tasks the broker did not confirm."
+    );
     describe_counter!(
         DISPATCH_UNOWNED,
         "Tasks not published because their shard was lost."

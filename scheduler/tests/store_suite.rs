@@ -4,15 +4,19 @@
 use std::sync::Arc;
 
 use chime_consumer::protocol::{
-    AckMessage, HeartbeatMessage, PROTOCOL_VERSION, Progress, ResultMessage, TaskError, TaskOutcome,
+    AckMessage, HeartbeatMessage, PROTOCOL_VERSION, PresenceMessage, Progress, Reply,
+    ResultMessage, TaskError, TaskOutcome,
 };
 use chime_scheduler::{
     cluster::{DEFAULT_SHARD_COUNT, shard_of},
     domain::{
-        DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
+        DeliveryMode, Job, JobSettings, LiveZones, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
         RunTrigger, Schedule, Target, duration::HumanDuration, job::limits, schedule::ScheduleSpec,
     },
-    store::{Expect, Firing, JobPage, Replay, ReplyEffect, RunPage, Store, StoreError},
+    domain::broadcast::ReceiptState,
+    store::{
+        Expect, Firing, JobPage, Replay, ReplyEffect, RunPage, Store, StoreError, live_since,
+    },
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
@@ -32,10 +36,7 @@ fn spec(name: &str, schedule: serde_json::Value) -> JobSpec {
         paused: false,
         settings: JobSettings {
             schedule: Schedule::from_spec(&schedule).unwrap(),
-            target: Target {
-                group: "orders".into(),
-                mode: DeliveryMode::Group,
-            },
+            target: Target::group("orders"),
             payload: json!({"note": "héllo ✓", "nested": {"n": [1, 2, 3]}}),
             ack_timeout: HumanDuration(std::time::Duration::from_secs(30)),
             max_attempts: 5,
@@ -673,7 +674,7 @@ async fn retryable_failures_retry_after_backoff_then_die(store: &dyn Store) {
     spec.settings.max_attempts = 2;
     let job = Job::new(spec, now);
     store.insert_job(&job).await.unwrap();
-    let run = job.new_run(now, RunTrigger::Manual, now);
+    let run = job.new_runs(now, RunTrigger::Manual, now, &LiveZones::default()).remove(0);
     store.insert_run(&run).await.unwrap();
     store.mark_dispatched(&[run.id], now).await.unwrap();
 
@@ -773,7 +774,7 @@ async fn deadlines_follow_acks_and_heartbeats(store: &dyn Store) {
     spec.settings.run_timeout = HumanDuration(std::time::Duration::from_secs(60));
     let job = Job::new(spec, now);
     store.insert_job(&job).await.unwrap();
-    let run = job.new_run(now, RunTrigger::Manual, now);
+    let run = job.new_runs(now, RunTrigger::Manual, now, &LiveZones::default()).remove(0);
     store.insert_run(&run).await.unwrap();
     store.mark_dispatched(&[run.id], now).await.unwrap();
     let dispatched = store.get_run(run.id).await.unwrap().unwrap();
@@ -860,7 +861,7 @@ async fn replay_revives_only_dead_runs(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let job = Job::new(spec("replayed", json!({"every": "1h"})), now);
     store.insert_job(&job).await.unwrap();
-    let run = job.new_run(now, RunTrigger::Manual, now);
+    let run = job.new_runs(now, RunTrigger::Manual, now, &LiveZones::default()).remove(0);
     store.insert_run(&run).await.unwrap();
     assert!(matches!(
         store.replay_run(run.id, now).await.unwrap(),
@@ -884,6 +885,197 @@ async fn replay_revives_only_dead_runs(store: &dyn Store) {
     assert_eq!(
         store.target_groups().await.unwrap(),
         vec!["orders".to_string()]
+    );
+}
+
+fn with_target(name: &str, now: DateTime<Utc>, target: Target) -> Job {
+    let mut spec = spec(name, json!({"every": "1s"}));
+    spec.settings.target = target;
+    Job::new(spec, now)
+}
+
+async fn sharded_and_zone_fires_record_one_run_per_item(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let sharded = with_target(
+        "batch",
+        now,
+        Target {
+            mode: DeliveryMode::Sharded,
+            shards: Some(4),
+            ..Target::group("orders")
+        },
+    );
+    let listed = with_target(
+        "listed",
+        now,
+        Target {
+            mode: DeliveryMode::Zone,
+            zones: Some(vec!["dc2".into(), "dc1".into()]),
+            ..Target::group("orders")
+        },
+    );
+    let live = with_target(
+        "live",
+        now,
+        Target {
+            mode: DeliveryMode::Zone,
+            ..Target::group("orders")
+        },
+    );
+    for job in [&sharded, &listed, &live] {
+        store.insert_job(job).await.unwrap();
+    }
+    let ids = [sharded.id, listed.id, live.id];
+    let at = now + Duration::milliseconds(1003);
+    let batch = store.fire(&ids, at, GRACE, &firing()).await.unwrap();
+    let of = |job: &Job| {
+        batch
+            .recorded
+            .iter()
+            .filter(|t| t.job_id == job.id)
+            .map(|t| (t.shard, t.shard_total, t.zone.clone(), t.mode))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        of(&sharded),
+        (0..4)
+            .map(|s| (s, 4, None, DeliveryMode::Sharded))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        of(&listed),
+        vec![
+            (0, 2, Some("dc2".into()), DeliveryMode::Zone),
+            (1, 2, Some("dc1".into()), DeliveryMode::Zone)
+        ]
+    );
+    assert!(of(&live).is_empty(), "no zone has live consumers yet");
+    assert_eq!(batch.skipped_no_zone, vec![live.id]);
+    let items = store.fire_items(sharded.id, now + Duration::seconds(1)).await.unwrap();
+    assert_eq!(items.len(), 4);
+    let unique: std::collections::HashSet<Uuid> = items.iter().map(|r| r.id).collect();
+    assert_eq!(unique.len(), 4, "each item has its own idempotency key");
+    assert!(items.iter().all(|r| r.mode == DeliveryMode::Sharded));
+
+    // Presence makes zones live; stale presence does not.
+    let seen = |instance: &str, zone: Option<&str>, at: DateTime<Utc>| PresenceMessage {
+        v: PROTOCOL_VERSION,
+        instance: instance.into(),
+        group: "orders".into(),
+        zone: zone.map(str::to_string),
+        broadcast: false,
+        at,
+    };
+    let at = now + Duration::milliseconds(2003);
+    for presence in [
+        seen("i1", Some("dc1"), at),
+        seen("i2", Some("dc2"), at),
+        seen("i3", None, at),
+        seen("i4", Some("dc3"), at - Duration::minutes(1)),
+    ] {
+        store.record_presence(&presence).await.unwrap();
+    }
+    assert_eq!(
+        store.live_zones(live_since(at)).await.unwrap().of("orders"),
+        ["dc1".to_string(), "dc2".to_string()]
+    );
+    let batch = store.fire(&[live.id], at, GRACE, &firing()).await.unwrap();
+    let zones: Vec<Option<String>> = batch.recorded.iter().map(|t| t.zone.clone()).collect();
+    assert_eq!(zones, vec![Some("dc1".into()), Some("dc2".into())]);
+    let run = store.get_run(batch.recorded[1].task_id).await.unwrap().unwrap();
+    assert_eq!((run.mode, run.zone.as_deref()), (DeliveryMode::Zone, Some("dc2")));
+}
+
+async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = with_target(
+        "refresh",
+        now,
+        Target {
+            mode: DeliveryMode::Broadcast,
+            ..Target::group("web")
+        },
+    );
+    store.insert_job(&job).await.unwrap();
+    let batch = store
+        .fire(&[job.id], now + Duration::seconds(1), GRACE, &firing())
+        .await
+        .unwrap();
+    let id = batch.recorded[0].task_id;
+    let sent = now + Duration::seconds(1);
+    store.mark_dispatched(&[id], sent).await.unwrap();
+    let ack = |instance: &str| AckMessage {
+        v: PROTOCOL_VERSION,
+        task_id: id,
+        attempt: 1,
+        consumer: instance.into(),
+        acked_at: sent + Duration::milliseconds(10),
+    };
+    let done = |instance: &str| ResultMessage {
+        v: PROTOCOL_VERSION,
+        task_id: id,
+        attempt: 1,
+        consumer: instance.into(),
+        finished_at: sent + Duration::milliseconds(20),
+        replayed: false,
+        outcome: TaskOutcome::Succeeded { output: None },
+    };
+    // The per-run SQL paths leave broadcast runs to the per-instance path.
+    assert_eq!(store.record_ack(&ack("a")).await.unwrap(), ReplyEffect::Broadcast);
+    assert_eq!(
+        store.record_result(&done("a")).await.unwrap(),
+        (ReplyEffect::Broadcast, None)
+    );
+    let at = sent + Duration::milliseconds(30);
+    for reply in [Reply::Ack(ack("a")), Reply::Ack(ack("b")), Reply::Result(done("a"))] {
+        assert_eq!(
+            store.record_broadcast_reply(&reply, at).await.unwrap(),
+            (ReplyEffect::Applied, None)
+        );
+    }
+    assert_eq!(
+        store.record_broadcast_reply(&Reply::Ack(ack("a")), at).await.unwrap(),
+        (ReplyEffect::Stale, None)
+    );
+    // b finishes while the ack window (30 s) is still open: not decided yet.
+    assert_eq!(
+        store.record_broadcast_reply(&Reply::Result(done("b")), at).await.unwrap(),
+        (ReplyEffect::Applied, None)
+    );
+    assert!(store.settle_broadcast(id, at).await.unwrap().is_none());
+    let run = store.get_run(id).await.unwrap().unwrap();
+    assert_eq!(run.state, RunState::Acked);
+    assert_eq!(run.due_at, Some(sent + Duration::seconds(30)));
+    let settled = store
+        .settle_broadcast(id, sent + Duration::seconds(30))
+        .await
+        .unwrap()
+        .expect("decided once the window closed");
+    assert_eq!(settled.state, RunState::Succeeded);
+    let run = store.get_run(id).await.unwrap().unwrap();
+    assert_eq!(run.state, RunState::Succeeded);
+    assert_eq!(run.due_at, None);
+    assert_eq!(run.output, Some(json!({"instances": ["a", "b"]})));
+    let states: Vec<(String, ReceiptState)> = run
+        .instances
+        .iter()
+        .map(|r| (r.instance.clone(), r.state))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            ("a".to_string(), ReceiptState::Succeeded),
+            ("b".to_string(), ReceiptState::Succeeded)
+        ]
+    );
+    assert!(
+        store
+            .record_broadcast_reply(&Reply::Result(done("c")), at)
+            .await
+            .unwrap()
+            .0
+            == ReplyEffect::Stale,
+        "a finished run takes no more receipts"
     );
 }
 
@@ -949,5 +1141,7 @@ store_suite!(
         replay_revives_only_dead_runs,
         overlap_forbid_skips_fires_while_a_run_is_unfinished,
         queries_filter_by_shard,
+        sharded_and_zone_fires_record_one_run_per_item,
+        broadcast_replies_are_kept_per_instance,
     ]
 );

@@ -77,9 +77,16 @@ pub struct BackoffRequest {
 pub struct TargetRequest {
     /// Consumer group.
     pub group: String,
-    /// Delivery mode, default `group`.
+    /// Delivery mode: `group` (default), `broadcast`, `zone` or `sharded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// `zone` mode: the zones that must each run every fire (omitted: every zone with
+    /// live consumers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<Vec<String>>,
+    /// `sharded` mode: items per fire, 1 to 1024.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
 }
 
 impl JobRequest {
@@ -92,7 +99,9 @@ impl JobRequest {
             schedule: s.schedule.to_spec(),
             target: TargetRequest {
                 group: s.target.group.clone(),
-                mode: Some(mode_name(s.target.mode).to_string()),
+                mode: Some(s.target.mode.as_str().to_string()),
+                zones: s.target.zones.clone(),
+                shards: s.target.shards,
             },
             payload: s.payload.clone(),
             ack_timeout: Some(s.ack_timeout.to_string()),
@@ -141,6 +150,8 @@ impl JobRequest {
             target: Target {
                 group: self.target.group,
                 mode: parse_mode(self.target.mode.as_deref())?,
+                zones: self.target.zones,
+                shards: self.target.shards,
             },
             payload: self.payload,
             ack_timeout,
@@ -176,21 +187,11 @@ fn duration_field(
     }
 }
 
-fn mode_name(mode: DeliveryMode) -> &'static str {
-    match mode {
-        DeliveryMode::Group => "group",
-    }
-}
-
 fn parse_mode(mode: Option<&str>) -> Result<DeliveryMode, ApiError> {
-    match mode {
-        None | Some("group") => Ok(DeliveryMode::Group),
-        Some(m @ ("broadcast" | "zone" | "sharded")) => Err(ApiError::field(
-            ErrorCode::Unsupported,
-            "target.mode",
-            format!("delivery mode {m:?} is not available in this version; use \"group\""),
-        )),
-        Some(other) => Err(ApiError::field(
+    match mode.map(|m| (m, DeliveryMode::parse(m))) {
+        None => Ok(DeliveryMode::Group),
+        Some((_, Some(mode))) => Ok(mode),
+        Some((other, None)) => Err(ApiError::field(
             ErrorCode::InvalidField,
             "target.mode",
             format!(

@@ -18,8 +18,8 @@ use super::{
     error::{ApiError, ErrorCode},
 };
 use crate::{
-    domain::{Job, JobSpec, RunTrigger, job::reschedules},
-    store::JobPage,
+    domain::{Job, JobSpec, LiveZones, RunTrigger, job::reschedules},
+    store::{JobPage, live_since, needs_live_zones},
     telemetry,
 };
 
@@ -173,13 +173,33 @@ pub(super) async fn trigger(
 ) -> Result<impl IntoResponse, ApiError> {
     let job = load(&state, &id).await?;
     let now = Utc::now();
-    let mut run = job.new_run(now, RunTrigger::Manual, now);
-    run.fired_by = Some(state.inner.ownership.node().to_string());
-    if state.store().insert_run(&run).await? {
-        metrics::counter!(telemetry::FIRES, "trigger" => "manual").increment(1);
-        state.inner.dispatch.submit([job.task_message(&run)]);
+    let live = if needs_live_zones(&job) {
+        state.store().live_zones(live_since(now)).await?
+    } else {
+        LiveZones::default()
+    };
+    let mut runs = job.new_runs(now, RunTrigger::Manual, now, &live);
+    if runs.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "no zone of group {:?} has live consumers to run the fire",
+                job.spec.settings.target.group
+            ),
+        ));
     }
-    Ok((StatusCode::ACCEPTED, Json(RunResponse::from(&run))))
+    let mut recorded = Vec::new();
+    for run in &mut runs {
+        run.fired_by = Some(state.inner.ownership.node().to_string());
+        if state.store().insert_run(run).await? {
+            recorded.push(job.task_message(run));
+        }
+    }
+    if !recorded.is_empty() {
+        metrics::counter!(telemetry::FIRES, "trigger" => "manual").increment(1);
+        state.inner.dispatch.submit(recorded);
+    }
+    Ok((StatusCode::ACCEPTED, Json(RunResponse::from(&runs[0]))))
 }
 
 async fn set_paused(

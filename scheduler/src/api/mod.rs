@@ -96,8 +96,10 @@ impl AppState {
     /// A broker outage does not fail the request: the dispatcher declares again before the
     /// first publish.
     async fn declare_target(&self, job: &Job) {
-        let group = &job.spec.settings.target.group;
-        if let Err(error) = self.inner.declarer.declare(group).await {
+        let target = &job.spec.settings.target;
+        let group = &target.group;
+        let zones = target.zones.as_deref().unwrap_or_default();
+        if let Err(error) = self.inner.declarer.declare(group, zones).await {
             warn!(%error, group, job = %job.id, "could not declare the job's queue now; the dispatcher will");
         }
     }

@@ -86,8 +86,9 @@ impl GroupDeclarer {
         }
     }
 
-    /// Declares `group`'s work queue and dead-letter queue.
-    pub async fn declare(&self, group: &str) -> Result<(), String> {
+    /// Declares `group`'s work queue and dead-letter queue, and the work queues of
+    /// `zones` (a zone job's own zone list), so tasks wait for consumers that start later.
+    pub async fn declare(&self, group: &str, zones: &[String]) -> Result<(), String> {
         let mut slot = self.channel.lock().await;
         if slot.failed_at.is_some_and(|t| t.elapsed() < RETRY_AFTER) {
             return Err("rabbitmq failed moments ago; not trying again yet".into());
@@ -104,6 +105,9 @@ impl GroupDeclarer {
             }
             let (_, channel) = slot.open.as_ref().expect("channel just opened");
             topology::declare_group(channel, group).await?;
+            for zone in zones {
+                topology::declare_zone(channel, group, zone).await?;
+            }
             // chimed learns from these which tasks the broker dead-letters.
             topology::declare_dead_letter_notices(channel, Some(group)).await
         })

@@ -79,6 +79,17 @@ impl ConfirmedPublisher {
         topology::declare_dead_letter_notices(&channel, Some(group)).await
     }
 
+    /// Declares what `task` is published into (see [`topology::declare_task_destination`])
+    /// and its group's dead-letter notices binding.
+    pub async fn declare_destination(
+        &self,
+        task: &chime_consumer::protocol::TaskMessage,
+    ) -> Result<(), lapin::Error> {
+        let channel = self.channel().await?;
+        topology::declare_task_destination(&channel, task).await?;
+        topology::declare_dead_letter_notices(&channel, Some(&task.group)).await
+    }
+
     /// Publishes `body` to `exchange` with `routing_key`, waiting for a clean confirm.
     pub async fn publish(
         &self,

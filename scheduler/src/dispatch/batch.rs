@@ -4,7 +4,7 @@
 use std::{collections::HashSet, time::Duration};
 
 use chrono::Utc;
-use futures_util::future::join_all;
+use futures_util::future::{join, join_all};
 use lapin::{BasicProperties, Channel, Confirmation, options::BasicPublishOptions};
 use tracing::{error, warn};
 use uuid::Uuid;
@@ -111,24 +111,27 @@ impl Dispatcher {
         }
         let batch = &*batch;
         let mut confirms = Vec::with_capacity(batch.len());
+        let mut copies = Vec::with_capacity(batch.len());
         for outgoing in batch {
             let task = &outgoing.task;
+            let body = task.to_vec();
             let properties = BasicProperties::default()
                 .with_content_type("application/json".into())
                 .with_delivery_mode(2)
                 .with_message_id(task.task_id.to_string().into())
                 .with_timestamp(published_at.timestamp() as u64)
                 .with_app_id(self.ownership.node().into());
+            let (exchange, routing_key) = topology::task_route(task);
             let confirm = channel
                 .basic_publish(
-                    topology::TASK_EXCHANGE.into(),
-                    task.group.as_str().into(),
+                    exchange.into(),
+                    routing_key.as_str().into(),
                     BasicPublishOptions {
-                        mandatory: true,
+                        mandatory: topology::task_is_mandatory(task),
                         ..BasicPublishOptions::default()
                     },
-                    &task.to_vec(),
-                    properties,
+                    &body,
+                    properties.clone(),
                 )
                 .await
                 .map_err(|e| Broken {
@@ -136,13 +139,43 @@ impl Dispatcher {
                     retry: ids(batch),
                 })?;
             confirms.push(confirm);
+            // The publish/subscribe copy for observers: never mandatory (no observer is
+            // normal), and its fate never touches the run.
+            let copy = channel
+                .basic_publish(
+                    topology::TOPIC_EXCHANGE.into(),
+                    topology::topic_routing_key(&task.app, &task.job)
+                        .as_str()
+                        .into(),
+                    BasicPublishOptions::default(),
+                    &body,
+                    properties,
+                )
+                .await
+                .map_err(|e| Broken {
+                    reason: format!("publishing: {e}"),
+                    retry: ids(batch),
+                })?;
+            copies.push(copy);
         }
-        let outcomes = tokio::time::timeout(CONFIRM_TIMEOUT, join_all(confirms))
-            .await
-            .map_err(|_| Broken {
-                reason: format!("no confirms within {CONFIRM_TIMEOUT:?}"),
-                retry: ids(batch),
-            })?;
+        let (outcomes, copied) =
+            tokio::time::timeout(CONFIRM_TIMEOUT, join(join_all(confirms), join_all(copies)))
+                .await
+                .map_err(|_| Broken {
+                    reason: format!("no confirms within {CONFIRM_TIMEOUT:?}"),
+                    retry: ids(batch),
+                })?;
+        let lost_copies = copied
+            .iter()
+            .filter(|c| !matches!(c, Ok(Confirmation::Ack(None))))
+            .count();
+        if lost_copies > 0 {
+            warn!(
+                copies = lost_copies,
+                "the broker did not confirm some observer copies"
+            );
+            metrics::counter!(telemetry::TOPIC_COPIES_LOST).increment(lost_copies as u64);
+        }
 
         let mut confirmed = Vec::with_capacity(batch.len());
         let mut broken: Option<Broken> = None;
@@ -161,14 +194,15 @@ impl Dispatcher {
                     }
                 }
                 Ok(Confirmation::Ack(Some(returned))) => {
+                    let queue = topology::task_queue(task).unwrap_or_default();
                     let reason = format!(
-                        "unroutable: {} (no queue bound for group {:?})",
-                        returned.reply_text, task.group
+                        "unroutable: {} (queue {queue:?} is not bound)",
+                        returned.reply_text
                     );
-                    warn!(run_id = %task.task_id, group = %task.group, "task unroutable; will publish again");
+                    warn!(run_id = %task.task_id, %queue, "task unroutable; will publish again");
                     metrics::counter!(telemetry::PUBLISHES, "outcome" => "unroutable").increment(1);
                     // Someone deleted the queue: declare it again before the next publish.
-                    self.declared.remove(&task.group);
+                    self.declared.remove(&destination(task));
                     self.note_failure(task.task_id, &reason).await;
                 }
                 Ok(Confirmation::Nack(_)) => {
@@ -198,32 +232,35 @@ impl Dispatcher {
         broken.map_or(Ok(()), Err)
     }
 
-    /// Declares the groups of `batch` not yet declared on this channel. A declaration the
-    /// broker refuses (a queue of that name exists with other arguments) closes the
-    /// channel: that group's tasks are noted and left to the reconciler, the others go
-    /// back to the queue for the next channel.
+    /// Declares the destinations (work queues, see [`topology::declare_task_destination`])
+    /// of `batch` not yet declared on this channel. A declaration the broker refuses (a
+    /// queue of that name exists with other arguments) closes the channel: that
+    /// destination's tasks are noted and left to the reconciler, the others go back to
+    /// the queue for the next channel.
     async fn declare_groups(
         &mut self,
         channel: &Channel,
         batch: &[Outgoing],
     ) -> Result<(), Broken> {
         for outgoing in batch {
-            let group = outgoing.task.group.clone();
-            if self.declared.contains(&group) {
+            let task = &outgoing.task;
+            let key = destination(task);
+            if self.declared.contains(&key) {
                 continue;
             }
-            let declared = match topology::declare_group(channel, &group).await {
+            let declared = match topology::declare_task_destination(channel, task).await {
                 // The scheduler learns from these notices which tasks the broker
-                // dead-lettered (delivery limit reached).
-                Ok(()) => topology::declare_dead_letter_notices(channel, Some(&group)).await,
+                // dead-lettered (delivery limit reached); every queue of a group
+                // dead-letters into the group's dead-letter queue.
+                Ok(()) => topology::declare_dead_letter_notices(channel, Some(&task.group)).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = declared {
-                let reason = format!("cannot declare the queue of group {group:?}: {e}");
-                error!(%group, error = %e, "cannot declare a group's queue; its tasks wait");
+                let reason = format!("cannot declare the destination {key:?}: {e}");
+                error!(destination = %key, error = %e, "cannot declare a task destination; its tasks wait");
                 let mut retry = HashSet::new();
                 for o in batch {
-                    if o.task.group == group {
+                    if destination(&o.task) == key {
                         self.note_failure(o.task.task_id, &reason).await;
                     } else {
                         retry.insert(o.task.task_id);
@@ -231,7 +268,7 @@ impl Dispatcher {
                 }
                 return Err(Broken { reason, retry });
             }
-            self.declared.insert(group);
+            self.declared.insert(key);
         }
         Ok(())
     }
@@ -243,6 +280,12 @@ impl Dispatcher {
                 .increment(1);
         }
     }
+}
+
+/// What a task is published into: its work queue, or for a broadcast the group's
+/// broadcast route.
+fn destination(task: &chime_consumer::protocol::TaskMessage) -> String {
+    topology::task_queue(task).unwrap_or_else(|| format!("broadcast:{}", task.group))
 }
 
 fn ids(batch: &[Outgoing]) -> HashSet<Uuid> {

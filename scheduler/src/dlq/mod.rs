@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use chime_consumer::protocol::topology::{self, REPLY_QUEUE, TASK_EXCHANGE};
+use chime_consumer::protocol::topology::{self, REPLY_QUEUE};
 
 pub use message::DlqMessage;
 
@@ -230,15 +230,16 @@ impl DeadLetters {
                 Some(task) => match self.store.replay_run(task.task_id, Utc::now()).await? {
                     Replay::Revived(item) => {
                         let task = item.job.task_message(&item.run);
-                        self.publisher.declare_group(&task.group).await?;
+                        self.publisher.declare_destination(&task).await?;
                         let properties = BasicProperties::default()
                             .with_content_type("application/json".into())
                             .with_message_id(task.task_id.to_string().into())
                             .with_app_id(self.node.as_str().into());
                         // On failure the run stays `scheduled` and the reconciler publishes
                         // it; the DLQ copy stays too.
+                        let (exchange, routing_key) = topology::task_route(&task);
                         self.publisher
-                            .publish(TASK_EXCHANGE, &task.group, &task.to_vec(), properties)
+                            .publish(exchange, &routing_key, &task.to_vec(), properties)
                             .await?;
                         self.store
                             .mark_dispatched(&[task.task_id], Utc::now())

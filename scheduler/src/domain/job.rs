@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+pub use chime_consumer::protocol::DeliveryMode;
 use chime_consumer::protocol::{PROTOCOL_VERSION, TaskMessage, topology::is_valid_name};
 
 use super::{
@@ -17,23 +18,149 @@ use super::{
     validation::FieldError,
 };
 
-/// How a job's fires are delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeliveryMode {
-    /// One instance of the target group runs each fire.
-    #[default]
-    Group,
-}
-
 /// Where a job's tasks go.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Target {
-    /// Consumer group.
+    /// Consumer group (for `broadcast`: the group whose instances all run each fire).
     pub group: String,
     /// Delivery mode.
     #[serde(default)]
     pub mode: DeliveryMode,
+    /// `zone` mode: the zones that must each run every fire, in order; `None`: every zone
+    /// that has live consumers of the group when the fire is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<Vec<String>>,
+    /// `sharded` mode: how many items each fire is split into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+}
+
+impl Target {
+    /// One instance of `group` runs each fire.
+    pub fn group(group: impl Into<String>) -> Self {
+        Self {
+            group: group.into(),
+            mode: DeliveryMode::Group,
+            zones: None,
+            shards: None,
+        }
+    }
+
+    /// Checks the mode's own fields: `shards` only and always with `sharded` (1 to
+    /// [`limits::MAX_SHARDS`]), `zones` only with `zone` (1 to [`limits::MAX_ZONES`]
+    /// distinct names when given).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        validate_name("target.group", &self.group)?;
+        match (self.mode, self.shards) {
+            (DeliveryMode::Sharded, None) => {
+                return Err(FieldError::new(
+                    "target.shards",
+                    format!(
+                        "sharded mode needs \"shards\": the number of items per fire, 1 to {}",
+                        limits::MAX_SHARDS
+                    ),
+                ));
+            }
+            (DeliveryMode::Sharded, Some(n)) if !(1..=limits::MAX_SHARDS).contains(&n) => {
+                return Err(FieldError::new(
+                    "target.shards",
+                    format!(
+                        "shards {n} is out of range: use 1 to {}",
+                        limits::MAX_SHARDS
+                    ),
+                ));
+            }
+            (mode, Some(_)) if mode != DeliveryMode::Sharded => {
+                return Err(FieldError::new(
+                    "target.shards",
+                    format!(
+                        "\"shards\" only applies to mode \"sharded\", not {:?}",
+                        mode.as_str()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if let Some(zones) = &self.zones {
+            if self.mode != DeliveryMode::Zone {
+                return Err(FieldError::new(
+                    "target.zones",
+                    format!(
+                        "\"zones\" only applies to mode \"zone\", not {:?}",
+                        self.mode.as_str()
+                    ),
+                ));
+            }
+            if zones.is_empty() || zones.len() > limits::MAX_ZONES {
+                return Err(FieldError::new(
+                    "target.zones",
+                    format!(
+                        "zones must list 1 to {} zones; omit it for every zone with live consumers",
+                        limits::MAX_ZONES
+                    ),
+                ));
+            }
+            for (i, zone) in zones.iter().enumerate() {
+                validate_name("target.zones", zone)?;
+                if zones[..i].contains(zone) {
+                    return Err(FieldError::new(
+                        "target.zones",
+                        format!("zone {zone:?} is listed twice"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The items each fire is split into, as (shard index, item count, zone). `live`
+    /// gives the zones with live consumers, for a `zone` job without its own list; a
+    /// zone job with no zone to run has no items.
+    pub fn items(&self, live: &LiveZones) -> Vec<(u32, u32, Option<String>)> {
+        match self.mode {
+            DeliveryMode::Group | DeliveryMode::Broadcast => vec![(0, 1, None)],
+            DeliveryMode::Sharded => {
+                let total = self.shards.unwrap_or(1).max(1);
+                (0..total).map(|shard| (shard, total, None)).collect()
+            }
+            DeliveryMode::Zone => {
+                let zones = self
+                    .zones
+                    .as_deref()
+                    .unwrap_or_else(|| live.of(&self.group));
+                let total = zones.len() as u32;
+                zones
+                    .iter()
+                    .enumerate()
+                    .map(|(i, zone)| (i as u32, total, Some(zone.clone())))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// The zones that have live consumers, by group (from consumers' presence messages).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveZones(std::collections::BTreeMap<String, Vec<String>>);
+
+impl LiveZones {
+    /// From (group, zone) pairs, in any order and with repeats.
+    pub fn new(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
+        let mut by_group = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for (group, zone) in pairs {
+            by_group.entry(group).or_default().push(zone);
+        }
+        for zones in by_group.values_mut() {
+            zones.sort();
+            zones.dedup();
+        }
+        Self(by_group)
+    }
+
+    /// The live zones of `group`, sorted.
+    pub fn of(&self, group: &str) -> &[String] {
+        self.0.get(group).map_or(&[], Vec::as_slice)
+    }
 }
 
 /// Whether a job may fire while its previous run is unfinished.
@@ -121,6 +248,9 @@ pub struct JobFires {
     pub next_fire_at: Option<DateTime<Utc>>,
     /// Whether fires were missed (more than the grace late).
     pub misfired: bool,
+    /// How many fire times were due (each is one run per item; a zone job with no zone
+    /// to run has fire times but no runs).
+    pub fire_times: usize,
 }
 
 /// Defaults and bounds of job settings.
@@ -150,6 +280,10 @@ pub mod limits {
     pub const DEFAULT_CATCH_UP_LIMIT: u32 = 10;
     /// Largest catch-up bound.
     pub const MAX_CATCH_UP_LIMIT: u32 = 1000;
+    /// Most items a sharded job's fire is split into.
+    pub const MAX_SHARDS: u32 = 1024;
+    /// Most zones a zone job lists.
+    pub const MAX_ZONES: usize = 64;
 }
 
 /// Whether replacing `old` with `new` recomputes the next fire time: the schedule changed
@@ -210,7 +344,7 @@ pub fn validate_payload_text(payload: &Value) -> Result<(), FieldError> {
 impl JobSettings {
     /// Checks bounds that the types alone do not express.
     pub fn validate(&self) -> Result<(), FieldError> {
-        validate_name("target.group", &self.target.group)?;
+        self.target.validate()?;
         let ack = self.ack_timeout.get();
         if !(limits::MIN_ACK_TIMEOUT..=limits::MAX_ACK_TIMEOUT).contains(&ack) {
             return Err(FieldError::new(
@@ -297,14 +431,21 @@ impl Job {
         }
     }
 
-    /// The fires due at `now` (see [`plan_fires`]) as new runs, and the next fire time.
-    /// Nothing is due for a paused job or one whose next fire is after `now`.
-    pub fn fires_due(&self, now: DateTime<Utc>, grace: chrono::Duration) -> JobFires {
+    /// The fires due at `now` (see [`plan_fires`]) as new runs — one per item of each
+    /// fire, see [`Target::items`] — and the next fire time. Nothing is due for a paused
+    /// job or one whose next fire is after `now`.
+    pub fn fires_due(
+        &self,
+        now: DateTime<Utc>,
+        grace: chrono::Duration,
+        live: &LiveZones,
+    ) -> JobFires {
         let Some(due) = self.timer_entry().filter(|due| *due <= now) else {
             return JobFires {
                 runs: Vec::new(),
                 next_fire_at: self.next_fire_at,
                 misfired: false,
+                fire_times: 0,
             };
         };
         let settings = &self.spec.settings;
@@ -319,28 +460,38 @@ impl Job {
         let runs = plan
             .fire_times
             .iter()
-            .map(|t| self.new_run(*t, RunTrigger::Schedule, now))
+            .flat_map(|t| self.new_runs(*t, RunTrigger::Schedule, now, live))
             .collect();
         JobFires {
             runs,
             next_fire_at: plan.next_fire_at,
             misfired: plan.misfired,
+            fire_times: plan.fire_times.len(),
         }
     }
 
-    /// A new run of this job for the fire at `fire_time`, with the job's payload and
-    /// deadlines frozen into it.
-    pub fn new_run(
+    /// The runs of the fire at `fire_time`, one per item (see [`Target::items`]), with
+    /// the job's payload and deadlines frozen into each.
+    pub fn new_runs(
         &self,
         fire_time: DateTime<Utc>,
         trigger: RunTrigger,
         now: DateTime<Utc>,
-    ) -> Run {
+        live: &LiveZones,
+    ) -> Vec<Run> {
         let settings = &self.spec.settings;
-        let mut run = Run::new(self.id, fire_time, trigger, settings.payload.clone(), now);
-        run.ack_timeout = settings.ack_timeout.get();
-        run.run_timeout = settings.run_timeout.get();
-        run
+        settings
+            .target
+            .items(live)
+            .into_iter()
+            .map(|(shard, total, zone)| {
+                let mut run = Run::new(self.id, fire_time, trigger, settings.payload.clone(), now)
+                    .item(settings.target.mode, shard, total, zone);
+                run.ack_timeout = settings.ack_timeout.get();
+                run.run_timeout = settings.run_timeout.get();
+                run
+            })
+            .collect()
     }
 
     /// The task message of `run` of this job. `published_at` is the run's creation time
@@ -357,6 +508,8 @@ impl Job {
             shard: run.shard,
             shard_total: run.shard_total,
             attempt: run.attempt,
+            mode: run.mode,
+            zone: run.zone.clone(),
             payload: run.payload.clone(),
             published_at: run.created_at,
             run_timeout_ms: Some(run.run_timeout.as_millis() as u64),
@@ -386,10 +539,7 @@ mod tests {
             paused: false,
             settings: JobSettings {
                 schedule: Schedule::from_spec(&schedule).unwrap(),
-                target: Target {
-                    group: "orders".into(),
-                    mode: DeliveryMode::Group,
-                },
+                target: Target::group("orders"),
                 payload: Value::Null,
                 ack_timeout: HumanDuration(limits::DEFAULT_ACK_TIMEOUT),
                 max_attempts: 5,
@@ -465,10 +615,10 @@ mod tests {
         let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
         let job = Job::new(spec(every("30s")), t0);
         let grace = Duration::seconds(5);
-        let early = job.fires_due(t0 + Duration::seconds(29), grace);
+        let early = job.fires_due(t0 + Duration::seconds(29), grace, &LiveZones::default());
         assert!(early.runs.is_empty());
         assert_eq!(early.next_fire_at, job.next_fire_at);
-        let due = job.fires_due(t0 + Duration::milliseconds(30_002), grace);
+        let due = job.fires_due(t0 + Duration::milliseconds(30_002), grace, &LiveZones::default());
         assert_eq!(due.runs.len(), 1);
         assert_eq!(due.runs[0].fire_time, t0 + Duration::seconds(30));
         assert_eq!(due.next_fire_at, Some(t0 + Duration::seconds(60)));
@@ -476,7 +626,7 @@ mod tests {
         paused.spec.paused = true;
         assert!(
             paused
-                .fires_due(t0 + Duration::hours(1), grace)
+                .fires_due(t0 + Duration::hours(1), grace, &LiveZones::default())
                 .runs
                 .is_empty()
         );

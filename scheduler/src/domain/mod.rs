@@ -1,6 +1,7 @@
 //! Chime's domain, free of I/O: schedules and their DST rules, misfire planning, jobs,
 //! runs, retry decisions, and the validation that turns user input into these types.
 
+pub mod broadcast;
 pub mod cron_schedule;
 pub mod duration;
 pub mod job;
@@ -10,7 +11,9 @@ pub mod run;
 pub mod schedule;
 pub mod validation;
 
-pub use job::{DeliveryMode, Job, JobFires, JobSettings, JobSpec, OverlapPolicy, Target};
+pub use job::{
+    DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, OverlapPolicy, Target,
+};
 pub use misfire::{FirePlan, MisfirePolicy, plan_fires};
 pub use retry::Backoff;
 pub use run::{Run, RunState, RunTrigger};

@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, Progress, manual_run_id, run_id};
+use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Progress, item_run_id};
+
+use super::broadcast::InstanceReceipt;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -160,6 +162,13 @@ pub struct Run {
     pub progress: Option<Progress>,
     /// When the consumer last sent a heartbeat.
     pub heartbeat_at: Option<DateTime<Utc>>,
+    /// The job's delivery mode when the run was recorded.
+    pub mode: DeliveryMode,
+    /// The zone this item is for (`zone` mode).
+    pub zone: Option<String>,
+    /// `broadcast` mode: what each consumer instance did with the current and earlier
+    /// attempts (one entry per instance, its latest attempt).
+    pub instances: Vec<InstanceReceipt>,
 }
 
 impl Run {
@@ -172,10 +181,7 @@ impl Run {
         now: DateTime<Utc>,
     ) -> Self {
         let fire_time = super::schedule::truncate_ms(fire_time);
-        let id = match trigger {
-            RunTrigger::Schedule => run_id(job_id, fire_time, 0),
-            RunTrigger::Manual => manual_run_id(job_id, fire_time),
-        };
+        let id = item_run_id(job_id, fire_time, trigger == RunTrigger::Manual, 0, None);
         Self {
             id,
             job_id,
@@ -200,7 +206,27 @@ impl Run {
             history: Vec::new(),
             progress: None,
             heartbeat_at: None,
+            mode: DeliveryMode::Group,
+            zone: None,
+            instances: Vec::new(),
         }
+    }
+
+    /// This run as item `shard` of `total` (for `zone` mode: the item of `zone`) of a
+    /// job delivered in `mode`, with the item's own id (see [`item_run_id`]).
+    pub fn item(mut self, mode: DeliveryMode, shard: u32, total: u32, zone: Option<String>) -> Self {
+        self.id = item_run_id(
+            self.job_id,
+            self.fire_time,
+            self.trigger == RunTrigger::Manual,
+            shard,
+            zone.as_deref(),
+        );
+        self.mode = mode;
+        self.shard = shard;
+        self.shard_total = total;
+        self.zone = zone;
+        self
     }
 }
 

@@ -8,7 +8,9 @@
 //!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out;
 //! - `failed` whose backoff elapsed: publish the next attempt;
 //! - `dead` with its dead letter pending: publish the dead letter (run, job, reason,
-//!   history) to the group's dead-letter queue, confirmed, then note it.
+//!   history) to the group's dead-letter queue, confirmed, then note it;
+//! - a broadcast run past its ack window or an instance's deadline: decided from every
+//!   instance's receipt ([`crate::domain::broadcast::settle`]).
 //!
 //! Every transition is a conditional update on the run's state and attempt, so a reply
 //! arriving meanwhile wins and nothing is acted on twice. In a cluster it works only on
@@ -30,7 +32,7 @@ use crate::{
     cluster::Ownership,
     dispatch::DispatchHandle,
     domain::{
-        RunState,
+        DeliveryMode, RunState,
         retry::{Missed, TimeoutVerdict, after_timeout},
     },
     store::{Expect, OverdueRun, Store, StoreError},
@@ -123,6 +125,13 @@ impl Reconciler {
             report.examined += count;
             let mut dead = Vec::new();
             for item in overdue {
+                if item.run.mode == DeliveryMode::Broadcast
+                    && matches!(item.run.state, RunState::Dispatched | RunState::Acked)
+                {
+                    self.settle_broadcast(item, now, &mut report, &mut dead)
+                        .await?;
+                    continue;
+                }
                 match item.run.state {
                     RunState::Scheduled => {
                         metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
@@ -219,6 +228,31 @@ impl Reconciler {
                     dead.push(item);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A broadcast run's ack window closed or a running instance's deadline passed:
+    /// decide it from the instances' receipts (see [`crate::domain::broadcast`]).
+    async fn settle_broadcast(
+        &self,
+        item: OverdueRun,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+        dead: &mut Vec<OverdueRun>,
+    ) -> Result<(), StoreError> {
+        let Some(run) = self.store.settle_broadcast(item.run.id, now).await? else {
+            return Ok(());
+        };
+        match run.state {
+            RunState::Dead => {
+                warn!(run_id = %run.id, job = %item.job.spec.name, error = ?run.error, "broadcast run given up");
+                metrics::counter!(telemetry::DEAD_RUNS, "reason" => "broadcast").increment(1);
+                report.killed += 1;
+                dead.push(OverdueRun { run, job: item.job });
+            }
+            RunState::Failed => metrics::counter!(telemetry::RETRIES_SCHEDULED).increment(1),
+            _ => {}
         }
         Ok(())
     }

@@ -27,7 +27,7 @@ use tracing::{debug, error, info, warn};
 
 use chime_consumer::{
     backoff::Backoff,
-    protocol::{Reply, TaskOutcome, topology},
+    protocol::{Reply, ResultMessage, TaskOutcome, topology},
 };
 
 use crate::{
@@ -143,11 +143,11 @@ impl ResultCollector {
             };
             metrics::counter!(telemetry::STORE_ERRORS, "operation" => "record_reply").increment(1);
             if !error.is_transient() {
-                error!(%error, task_id = %reply.task_id(), "the store refuses this reply; dead-lettering it");
+                error!(%error, task_id = ?reply.task_id(), "the store refuses this reply; dead-lettering it");
                 return dead_letter(delivery).await;
             }
             if cancel.is_cancelled() || tokio::time::Instant::now() >= give_up_at {
-                warn!(%error, task_id = %reply.task_id(), "cannot record a reply; handing it back to the queue");
+                warn!(%error, task_id = ?reply.task_id(), "cannot record a reply; handing it back to the queue");
                 let _ = delivery
                     .nack(BasicNackOptions {
                         requeue: true,
@@ -157,7 +157,7 @@ impl ResultCollector {
                 return Handled::Requeued;
             }
             let delay = backoff.next_delay();
-            warn!(%error, task_id = %reply.task_id(), retry_in_ms = delay.as_millis() as u64,
+            warn!(%error, task_id = ?reply.task_id(), retry_in_ms = delay.as_millis() as u64,
                 "cannot record a reply; holding it until the store answers");
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
@@ -167,43 +167,56 @@ impl ResultCollector {
     }
 
     async fn apply(&self, reply: &Reply) -> Result<ReplyEffect, StoreError> {
-        let (kind, effect) = match reply {
-            Reply::Ack(ack) => ("ack", self.store.record_ack(ack).await?),
-            Reply::Heartbeat(heartbeat) => {
-                ("heartbeat", self.store.record_heartbeat(heartbeat).await?)
-            }
-            Reply::Result(result) => {
-                let (effect, state) = self.store.record_result(result).await?;
-                if let Some(state) = state {
-                    metrics::counter!(telemetry::RESULTS, "state" => state.as_str()).increment(1);
-                    match (state, &result.outcome) {
-                        (RunState::Failed, _) => {
-                            metrics::counter!(telemetry::RETRIES_SCHEDULED).increment(1)
-                        }
-                        (RunState::Dead, TaskOutcome::Failed { error }) => {
-                            let reason = if error.retryable {
-                                "failed"
-                            } else {
-                                "permanent"
-                            };
-                            warn!(task_id = %result.task_id, reason, error = %error.message, "run given up");
-                            metrics::counter!(telemetry::DEAD_RUNS, "reason" => reason)
-                                .increment(1);
-                        }
-                        _ => {}
-                    }
-                }
-                ("result", effect)
+        let kind = match reply {
+            Reply::Ack(_) => "ack",
+            Reply::Heartbeat(_) => "heartbeat",
+            Reply::Result(_) => "result",
+            Reply::Presence(_) => "presence",
+        };
+        let (mut effect, mut state) = match reply {
+            Reply::Ack(ack) => (self.store.record_ack(ack).await?, None),
+            Reply::Heartbeat(heartbeat) => (self.store.record_heartbeat(heartbeat).await?, None),
+            Reply::Result(result) => self.store.record_result(result).await?,
+            Reply::Presence(presence) => {
+                self.store.record_presence(presence).await?;
+                (ReplyEffect::Applied, None)
             }
         };
+        if effect == ReplyEffect::Broadcast {
+            (effect, state) = self
+                .store
+                .record_broadcast_reply(reply, chrono::Utc::now())
+                .await?;
+        }
+        if let (Some(state), Reply::Result(result)) = (state, reply) {
+            count_outcome(state, result);
+        }
         let effect_name = match effect {
             ReplyEffect::Applied => "applied",
             ReplyEffect::Stale => "stale",
-            ReplyEffect::UnknownRun => "unknown_run",
+            ReplyEffect::UnknownRun | ReplyEffect::Broadcast => "unknown_run",
         };
         metrics::counter!(telemetry::REPLIES, "kind" => kind, "effect" => effect_name).increment(1);
-        debug!(kind, effect = effect_name, task_id = %reply.task_id(), "reply");
+        debug!(kind, effect = effect_name, task_id = ?reply.task_id(), "reply");
         Ok(effect)
+    }
+}
+
+/// Counts what a result did to its run.
+fn count_outcome(state: RunState, result: &ResultMessage) {
+    metrics::counter!(telemetry::RESULTS, "state" => state.as_str()).increment(1);
+    match (state, &result.outcome) {
+        (RunState::Failed, _) => metrics::counter!(telemetry::RETRIES_SCHEDULED).increment(1),
+        (RunState::Dead, TaskOutcome::Failed { error }) => {
+            let reason = if error.retryable {
+                "failed"
+            } else {
+                "permanent"
+            };
+            warn!(task_id = %result.task_id, reason, error = %error.message, "run given up");
+            metrics::counter!(telemetry::DEAD_RUNS, "reason" => reason).increment(1);
+        }
+        _ => {}
     }
 }
 
@@ -239,6 +252,13 @@ fn sanitise(reply: &mut Reply) {
     }
     match reply {
         Reply::Ack(ack) => clean(&mut ack.consumer),
+        Reply::Presence(presence) => {
+            clean(&mut presence.instance);
+            clean(&mut presence.group);
+            if let Some(zone) = presence.zone.as_mut() {
+                clean(zone);
+            }
+        }
         Reply::Heartbeat(heartbeat) => {
             clean(&mut heartbeat.consumer);
             if let Some(note) = heartbeat.progress.as_mut().and_then(|p| p.note.as_mut()) {
@@ -280,7 +300,7 @@ async fn open_consumer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chime_consumer::protocol::{ResultMessage, TaskError};
+    use chime_consumer::protocol::TaskError;
     use serde_json::json;
 
     #[test]

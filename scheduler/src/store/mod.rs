@@ -17,7 +17,7 @@ macro_rules! run_columns {
     () => {
         "id, job_id, fire_time, shard, shard_total, attempt, state, trigger, payload, created_at, \
          dispatched_at, acked_at, finished_at, consumer, output, error, fired_by, ack_timeout_ms, \
-         run_timeout_ms, due_at, history, progress, heartbeat_at"
+         run_timeout_ms, due_at, history, progress, heartbeat_at, mode, zone, instances"
     };
 }
 
@@ -32,12 +32,13 @@ use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, HeartbeatMessage, ResultMessage, TaskMessage,
+    AckMessage, AttemptRecord, HeartbeatMessage, PresenceMessage, Reply, ResultMessage,
+    TaskMessage,
 };
 
 use crate::cluster::DEFAULT_SHARD_COUNT;
 use crate::domain::{
-    Job, JobSettings, MisfirePolicy, OverlapPolicy, Run, RunState,
+    Job, JobSettings, LiveZones, MisfirePolicy, OverlapPolicy, Run, RunState, broadcast,
     retry::{ResultVerdict, after_result},
 };
 
@@ -169,6 +170,9 @@ pub struct FireBatch {
     /// Jobs whose fire was skipped because their previous run has not finished (overlap
     /// policy `forbid`); their schedule advanced.
     pub skipped_overlap: Vec<Uuid>,
+    /// Zone jobs whose fire had no zone to run in (no zone list of their own, and no
+    /// zone with live consumers); their schedule advanced.
+    pub skipped_no_zone: Vec<Uuid>,
 }
 
 /// What a reply did to its run.
@@ -180,6 +184,35 @@ pub enum ReplyEffect {
     Stale,
     /// No such run (its job was deleted, or the reply is bogus).
     UnknownRun,
+    /// Nothing was applied because the run is a broadcast run: its replies are per
+    /// instance, applied with [`Store::record_broadcast_reply`].
+    Broadcast,
+}
+
+impl ReplyEffect {
+    /// The effect of a reply not applied to a run of `mode` (`None`: no such run).
+    pub(crate) fn not_applied(mode: Option<&str>) -> Self {
+        match mode {
+            None => ReplyEffect::UnknownRun,
+            Some("broadcast") => ReplyEffect::Broadcast,
+            Some(_) => ReplyEffect::Stale,
+        }
+    }
+}
+
+/// A change to one run, decided from the run and its job's settings inside the store's
+/// transaction; returns whether it changed anything (see [`Store::update_run`]).
+pub type RunChange<'a> = dyn Fn(&mut Run, &JobSettings) -> bool + Send + Sync + 'a;
+
+/// How far back a presence message counts: consumers seen since then are live.
+pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - Duration::milliseconds(chime_consumer::protocol::PRESENCE_TTL_MS as i64)
+}
+
+/// Whether firing `job` needs the live zones (a zone job without its own list).
+pub fn needs_live_zones(job: &Job) -> bool {
+    let target = &job.spec.settings.target;
+    target.mode == crate::domain::DeliveryMode::Zone && target.zones.is_none()
 }
 
 /// A run past its `due_at`, with its job, for the reconciler.
@@ -392,6 +425,86 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every consumer group some job targets.
     async fn target_groups(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Locks run `run_id`, applies `change` to it (with its job's settings) and writes it
+    /// back if `change` returns true. Returns whether it changed and the run as it now
+    /// is; `None` if the run or its job does not exist. Used for broadcast runs, whose
+    /// transitions depend on every instance's receipt ([`crate::domain::broadcast`]).
+    async fn update_run(
+        &self,
+        run_id: Uuid,
+        change: &RunChange<'_>,
+    ) -> Result<Option<(bool, Run)>, StoreError>;
+
+    /// Records a consumer instance's presence message.
+    async fn record_presence(&self, presence: &PresenceMessage) -> Result<(), StoreError>;
+
+    /// The zones whose consumers sent a presence message since `since`, by group.
+    async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError>;
+
+    /// Every item (run) of job `job_id`'s fire at `fire_time`, by shard.
+    async fn fire_items(
+        &self,
+        job_id: Uuid,
+        fire_time: DateTime<Utc>,
+    ) -> Result<Vec<Run>, StoreError>;
+
+    /// Applies an ack, heartbeat or result to a broadcast run as the instance's receipt
+    /// (see [`crate::domain::broadcast`]). Also returns the run's new state when the reply
+    /// decided the run.
+    async fn record_broadcast_reply(
+        &self,
+        reply: &Reply,
+        now: DateTime<Utc>,
+    ) -> Result<(ReplyEffect, Option<RunState>), StoreError> {
+        let Some(run_id) = reply.task_id() else {
+            return Ok((ReplyEffect::UnknownRun, None));
+        };
+        let unit = rand::random::<f64>();
+        let change = |run: &mut Run, settings: &JobSettings| {
+            if run.mode != crate::domain::DeliveryMode::Broadcast {
+                return false;
+            }
+            match reply {
+                Reply::Ack(ack) => broadcast::apply_ack(run, settings, ack, now),
+                Reply::Heartbeat(beat) => broadcast::apply_heartbeat(run, settings, beat, now),
+                Reply::Result(result) => broadcast::apply_result(run, settings, result, now, unit),
+                Reply::Presence(_) => false,
+            }
+        };
+        Ok(match self.update_run(run_id, &change).await? {
+            None => (ReplyEffect::UnknownRun, None),
+            Some((false, _)) => (ReplyEffect::Stale, None),
+            Some((true, run)) => (
+                ReplyEffect::Applied,
+                matches!(
+                    run.state,
+                    RunState::Succeeded | RunState::Failed | RunState::Dead
+                )
+                .then_some(run.state),
+            ),
+        })
+    }
+
+    /// Decides a broadcast run whose `due_at` passed (see [`broadcast::settle`]); returns
+    /// the run when that finished its attempt (`succeeded`, `failed` or `dead`).
+    async fn settle_broadcast(
+        &self,
+        run_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Run>, StoreError> {
+        let unit = rand::random::<f64>();
+        let change = |run: &mut Run, settings: &JobSettings| {
+            let due = run.due_at;
+            broadcast::settle(run, settings, now, unit).is_some() || run.due_at != due
+        };
+        Ok(match self.update_run(run_id, &change).await? {
+            Some((true, run)) if !matches!(run.state, RunState::Dispatched | RunState::Acked) => {
+                Some(run)
+            }
+            _ => None,
+        })
+    }
 }
 
 /// Opens the store at `url` (`sqlite://FILE` or `postgres://...`) and applies migrations;
@@ -458,6 +571,7 @@ pub(crate) fn plan_batch(
     now: DateTime<Utc>,
     grace: Duration,
     node: &str,
+    live: &LiveZones,
 ) -> FirePlanBatch {
     let mut plan = FirePlanBatch {
         runs: Vec::new(),
@@ -465,13 +579,16 @@ pub(crate) fn plan_batch(
         batch: FireBatch::default(),
     };
     for job in jobs {
-        let mut fires = job.fires_due(now, grace);
+        let mut fires = job.fires_due(now, grace, live);
         if !fires.runs.is_empty()
             && job.spec.settings.overlap == OverlapPolicy::Forbid
             && busy.contains(&job.id)
         {
             fires.runs.clear();
             plan.batch.skipped_overlap.push(job.id);
+        }
+        if fires.runs.is_empty() && fires.fire_times > 0 && needs_live_zones(job) {
+            plan.batch.skipped_no_zone.push(job.id);
         }
         if fires.misfired {
             plan.batch.misfired.push(job.spec.settings.misfire);

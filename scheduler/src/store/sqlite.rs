@@ -15,15 +15,18 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AckMessage, AttemptRecord, HeartbeatMessage, ResultMessage};
+use chime_consumer::protocol::{
+    AckMessage, AttemptRecord, DeliveryMode, HeartbeatMessage, PresenceMessage, ResultMessage,
+};
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyEffect, RunPage, Store, StoreError,
-    corrupt, decode_jobs, job_write_error, plan_batch, result_verdict, with_jobs,
+    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyEffect, RunChange, RunPage, Store,
+    StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones, plan_batch,
+    result_verdict, with_jobs,
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::retry::ResultVerdict;
-use crate::domain::{Job, JobSpec, OverlapPolicy, Run, RunState, RunTrigger};
+use crate::domain::{Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger};
 
 /// The reconciler's filter: `due_at` past (`?1`; `scheduled` runs: past `?2`), jobs of
 /// the shards in `?3` (JSON array or NULL), most overdue first, at most `?4`.
@@ -212,6 +215,10 @@ fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
             .transpose()
             .map_err(|e| corrupt(&what, e))?,
         heartbeat_at: opt_instant(&what, row.try_get("heartbeat_at")?)?,
+        mode: mode(&what, &row.try_get::<String, _>("mode")?)?,
+        zone: row.try_get("zone")?,
+        instances: serde_json::from_str(&row.try_get::<String, _>("instances")?)
+            .map_err(|e| corrupt(&what, e))?,
     })
 }
 
@@ -244,7 +251,7 @@ async fn insert_run<'e, E: Executor<'e, Database = Sqlite>>(
     let inserted = sqlx::query(concat!(
         "INSERT INTO runs (",
         run_columns!(),
-        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (id) DO NOTHING"
     ))
     .bind(run.id.to_string())
@@ -274,6 +281,9 @@ async fn insert_run<'e, E: Executor<'e, Database = Sqlite>>(
             .map(|p| serde_json::to_string(p).expect("progress serialises")),
     )
     .bind(opt_ms(run.heartbeat_at))
+    .bind(run.mode.as_str())
+    .bind(&run.zone)
+    .bind(serde_json::to_string(&run.instances).expect("receipts serialise"))
     .execute(executor)
     .await?
     .rows_affected();
@@ -285,17 +295,29 @@ impl SqliteStore {
         if applied {
             return Ok(ReplyEffect::Applied);
         }
-        let exists = sqlx::query("SELECT 1 FROM runs WHERE id = ?")
+        let mode: Option<String> = sqlx::query_scalar("SELECT mode FROM runs WHERE id = ?")
             .bind(run_id.to_string())
             .fetch_optional(&self.pool)
-            .await?
-            .is_some();
-        Ok(if exists {
-            ReplyEffect::Stale
-        } else {
-            ReplyEffect::UnknownRun
-        })
+            .await?;
+        Ok(ReplyEffect::not_applied(mode.as_deref()))
     }
+
+    async fn live_zones_in<'e, E: Executor<'e, Database = Sqlite>>(
+        executor: E,
+        since: DateTime<Utc>,
+    ) -> Result<LiveZones, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT group_name, zone FROM consumers WHERE zone IS NOT NULL AND last_seen >= ?",
+        )
+        .bind(ms(since))
+        .fetch_all(executor)
+        .await?;
+        Ok(LiveZones::new(rows))
+    }
+}
+
+fn mode(what: &str, name: &str) -> Result<DeliveryMode, StoreError> {
+    DeliveryMode::parse(name).ok_or_else(|| corrupt(what, format!("mode {name:?}")))
 }
 
 #[async_trait]
@@ -492,7 +514,12 @@ impl Store for SqliteStore {
             .iter()
             .map(|id| uuid("run", id))
             .collect::<Result<HashSet<_>, _>>()?;
-        let plan = plan_batch(job_ids, &jobs, &busy, now, grace, &firing.node);
+        let live = if jobs.iter().any(needs_live_zones) {
+            Self::live_zones_in(&mut *tx, live_since(now)).await?
+        } else {
+            LiveZones::default()
+        };
+        let plan = plan_batch(job_ids, &jobs, &busy, now, grace, &firing.node, &live);
         let mut batch = plan.batch;
         for (run, task) in plan.runs {
             if insert_run(&mut *tx, &run).await? {
@@ -552,7 +579,8 @@ impl Store for SqliteStore {
         let applied = sqlx::query(
             "UPDATE runs SET state = 'acked', acked_at = ?2, consumer = ?3,
                  dispatched_at = COALESCE(dispatched_at, ?2), due_at = ?5 + run_timeout_ms
-             WHERE id = ?1 AND state IN ('scheduled', 'dispatched') AND attempt = ?4",
+             WHERE id = ?1 AND state IN ('scheduled', 'dispatched') AND attempt = ?4
+               AND mode <> 'broadcast'",
         )
         .bind(ack.task_id.to_string())
         .bind(ms(ack.acked_at))
@@ -580,7 +608,8 @@ impl Store for SqliteStore {
             "UPDATE runs SET state = 'acked', heartbeat_at = ?2, consumer = ?3,
                  acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2),
                  progress = COALESCE(?5, progress), due_at = ?6 + run_timeout_ms
-             WHERE id = ?1 AND state IN ('dispatched', 'acked') AND attempt = ?4",
+             WHERE id = ?1 AND state IN ('dispatched', 'acked') AND attempt = ?4
+               AND mode <> 'broadcast'",
         )
         .bind(heartbeat.task_id.to_string())
         .bind(ms(heartbeat.at))
@@ -604,7 +633,7 @@ impl Store for SqliteStore {
         let id = result.task_id.to_string();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let Some(row) = sqlx::query(
-            "SELECT r.state, r.attempt, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
+            "SELECT r.state, r.attempt, r.mode, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
              WHERE r.id = ?",
         )
         .bind(&id)
@@ -614,6 +643,9 @@ impl Store for SqliteStore {
             return Ok((ReplyEffect::UnknownRun, None));
         };
         let what = format!("run {id}");
+        if mode(&what, &row.try_get::<String, _>("mode")?)? == DeliveryMode::Broadcast {
+            return Ok((ReplyEffect::Broadcast, None));
+        }
         let state: String = row.try_get("state")?;
         let state =
             RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?;
@@ -838,6 +870,103 @@ impl Store for SqliteStore {
         )
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    async fn update_run(
+        &self,
+        run_id: Uuid,
+        change: &RunChange<'_>,
+    ) -> Result<Option<(bool, Run)>, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let Some(row) = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = ?"
+        ))
+        .bind(run_id.to_string())
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let mut run = run_from_row(&row)?;
+        let Some(settings) =
+            sqlx::query_scalar::<_, String>("SELECT settings FROM jobs WHERE id = ?")
+                .bind(run.job_id.to_string())
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            return Ok(None);
+        };
+        let settings: JobSettings =
+            serde_json::from_str(&settings).map_err(|e| corrupt(format!("job {}", run.job_id), e))?;
+        if !change(&mut run, &settings) {
+            return Ok(Some((false, run)));
+        }
+        sqlx::query(
+            "UPDATE runs SET state = ?2, attempt = ?3, dispatched_at = ?4, acked_at = ?5,
+                 finished_at = ?6, consumer = ?7, output = ?8, error = ?9, due_at = ?10,
+                 history = ?11, progress = ?12, heartbeat_at = ?13, instances = ?14
+             WHERE id = ?1",
+        )
+        .bind(run.id.to_string())
+        .bind(run.state.as_str())
+        .bind(run.attempt)
+        .bind(opt_ms(run.dispatched_at))
+        .bind(opt_ms(run.acked_at))
+        .bind(opt_ms(run.finished_at))
+        .bind(&run.consumer)
+        .bind(run.output.as_ref().map(Value::to_string))
+        .bind(&run.error)
+        .bind(opt_ms(run.due_at))
+        .bind(serde_json::to_string(&run.history).expect("history serialises"))
+        .bind(
+            run.progress
+                .as_ref()
+                .map(|p| serde_json::to_string(p).expect("progress serialises")),
+        )
+        .bind(opt_ms(run.heartbeat_at))
+        .bind(serde_json::to_string(&run.instances).expect("receipts serialise"))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some((true, run)))
+    }
+
+    async fn record_presence(&self, presence: &PresenceMessage) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query(
+            "INSERT INTO consumers (instance, group_name, zone, broadcast, last_seen)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (instance) DO UPDATE SET group_name = ?2, zone = ?3, broadcast = ?4,
+                 last_seen = MAX(last_seen, ?5)",
+        )
+        .bind(&presence.instance)
+        .bind(&presence.group)
+        .bind(&presence.zone)
+        .bind(presence.broadcast)
+        .bind(ms(presence.at))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
+        Self::live_zones_in(&self.pool, since).await
+    }
+
+    async fn fire_items(&self, job_id: Uuid, fire_time: DateTime<Utc>) -> Result<Vec<Run>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE job_id = ? AND fire_time = ? ORDER BY shard, zone"
+        ))
+        .bind(job_id.to_string())
+        .bind(ms(fire_time))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
     }
 }
 

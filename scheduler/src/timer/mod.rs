@@ -238,6 +238,14 @@ impl Timer {
                 self.queue.set(*job, Some(now + UNPROVEN_RETRY));
             }
         }
+        if !batch.skipped_no_zone.is_empty() {
+            warn!(
+                jobs = ?batch.skipped_no_zone,
+                "fires skipped: zone jobs found no zone with live consumers"
+            );
+            metrics::counter!(telemetry::FIRES_SKIPPED, "reason" => "no_live_zone")
+                .increment(batch.skipped_no_zone.len() as u64);
+        }
         if !batch.skipped_overlap.is_empty() {
             debug!(
                 jobs = batch.skipped_overlap.len(),

@@ -17,16 +17,19 @@ use sqlx::{
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, HeartbeatMessage, ResultMessage, TaskOutcome,
+    AckMessage, AttemptRecord, DeliveryMode, HeartbeatMessage, PresenceMessage, ResultMessage,
+    TaskOutcome,
 };
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyEffect, RunPage, Store, StoreError,
-    corrupt, decode_jobs, job_write_error, plan_batch, result_verdict, with_jobs,
+    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyEffect, RunChange, RunPage, Store,
+    StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones, plan_batch,
+    result_verdict, with_jobs,
 };
 use crate::cluster::shard_of;
 use crate::domain::retry::ResultVerdict;
-use crate::domain::{Job, JobSpec, OverlapPolicy, Run, RunState, RunTrigger};
+use crate::domain::{Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger};
+use crate::domain::broadcast::InstanceReceipt;
 
 /// A shard list as a PostgreSQL `int[]`; `None` means every shard.
 fn shard_array(shards: Option<&[u32]>) -> Option<Vec<i32>> {
@@ -139,6 +142,15 @@ fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
             .map_err(|e| corrupt(&what, e))?
             .map(|p| p.0),
         heartbeat_at: row.try_get("heartbeat_at")?,
+        mode: {
+            let name: String = row.try_get("mode")?;
+            DeliveryMode::parse(&name).ok_or_else(|| corrupt(&what, format!("mode {name:?}")))?
+        },
+        zone: row.try_get("zone")?,
+        instances: row
+            .try_get::<Json<Vec<InstanceReceipt>>, _>("instances")
+            .map_err(|e| corrupt(&what, e))?
+            .0,
     })
 }
 
@@ -176,16 +188,24 @@ impl PostgresStore {
         if applied {
             return Ok(ReplyEffect::Applied);
         }
-        let exists = sqlx::query("SELECT 1 FROM runs WHERE id = $1")
+        let mode: Option<String> = sqlx::query_scalar("SELECT mode FROM runs WHERE id = $1")
             .bind(run_id)
             .fetch_optional(&self.pool)
-            .await?
-            .is_some();
-        Ok(if exists {
-            ReplyEffect::Stale
-        } else {
-            ReplyEffect::UnknownRun
-        })
+            .await?;
+        Ok(ReplyEffect::not_applied(mode.as_deref()))
+    }
+
+    async fn live_zones_in(
+        conn: &mut sqlx::PgConnection,
+        since: DateTime<Utc>,
+    ) -> Result<LiveZones, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT group_name, zone FROM consumers WHERE zone IS NOT NULL AND last_seen >= $1",
+        )
+        .bind(since)
+        .fetch_all(conn)
+        .await?;
+        Ok(LiveZones::new(rows))
     }
 }
 
@@ -206,6 +226,8 @@ struct RunColumns {
     ack_timeout_ms: Vec<i64>,
     run_timeout_ms: Vec<i64>,
     due_at: Vec<Option<DateTime<Utc>>>,
+    mode: Vec<String>,
+    zone: Vec<Option<String>>,
 }
 
 impl RunColumns {
@@ -224,6 +246,8 @@ impl RunColumns {
         self.ack_timeout_ms.push(run.ack_timeout.as_millis() as i64);
         self.run_timeout_ms.push(run.run_timeout.as_millis() as i64);
         self.due_at.push(run.due_at);
+        self.mode.push(run.mode.as_str().to_string());
+        self.zone.push(run.zone.clone());
     }
 
     /// Inserts the runs, skipping ids already recorded; returns the ids inserted.
@@ -234,10 +258,11 @@ impl RunColumns {
         let inserted = sqlx::query_scalar(
             "INSERT INTO runs (id, job_id, fire_time, shard, shard_total, attempt, state, trigger,
                                payload, created_at, fired_by, ack_timeout_ms, run_timeout_ms,
-                               due_at)
+                               due_at, mode, zone)
              SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[],
                                   $6::int[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[],
-                                  $11::text[], $12::bigint[], $13::bigint[], $14::timestamptz[])
+                                  $11::text[], $12::bigint[], $13::bigint[], $14::timestamptz[],
+                                  $15::text[], $16::text[])
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
         )
@@ -255,6 +280,8 @@ impl RunColumns {
         .bind(self.ack_timeout_ms)
         .bind(self.run_timeout_ms)
         .bind(self.due_at)
+        .bind(self.mode)
+        .bind(self.zone)
         .fetch_all(conn)
         .await?;
         Ok(inserted)
@@ -456,7 +483,12 @@ impl Store for PostgresStore {
             .into_iter()
             .collect()
         };
-        let plan = plan_batch(&job_ids, &jobs, &busy, now, grace, &firing.node);
+        let live = if jobs.iter().any(needs_live_zones) {
+            Self::live_zones_in(&mut tx, live_since(now)).await?
+        } else {
+            LiveZones::default()
+        };
+        let plan = plan_batch(&job_ids, &jobs, &busy, now, grace, &firing.node, &live);
         let mut batch = plan.batch;
         batch.fenced = fenced;
         let mut columns = RunColumns::default();
@@ -524,7 +556,8 @@ impl Store for PostgresStore {
             "UPDATE runs SET state = 'acked', acked_at = $2, consumer = $3,
                  dispatched_at = COALESCE(dispatched_at, $2),
                  due_at = now() + run_timeout_ms * interval '1 millisecond'
-             WHERE id = $1 AND state IN ('scheduled', 'dispatched') AND attempt = $4",
+             WHERE id = $1 AND state IN ('scheduled', 'dispatched') AND attempt = $4
+               AND mode <> 'broadcast'",
         )
         .bind(ack.task_id)
         .bind(ack.acked_at)
@@ -546,7 +579,8 @@ impl Store for PostgresStore {
                  acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2),
                  progress = COALESCE($5, progress),
                  due_at = now() + run_timeout_ms * interval '1 millisecond'
-             WHERE id = $1 AND state IN ('dispatched', 'acked') AND attempt = $4",
+             WHERE id = $1 AND state IN ('dispatched', 'acked') AND attempt = $4
+               AND mode <> 'broadcast'",
         )
         .bind(heartbeat.task_id)
         .bind(heartbeat.at)
@@ -567,7 +601,7 @@ impl Store for PostgresStore {
         let now = Utc::now();
         let mut tx = self.pool.begin().await?;
         let Some(row) = sqlx::query(
-            "SELECT r.state, r.attempt, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
+            "SELECT r.state, r.attempt, r.mode, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
              WHERE r.id = $1 FOR UPDATE OF r",
         )
         .bind(result.task_id)
@@ -577,6 +611,9 @@ impl Store for PostgresStore {
             return Ok((ReplyEffect::UnknownRun, None));
         };
         let what = format!("run {}", result.task_id);
+        if row.try_get::<String, _>("mode")? == DeliveryMode::Broadcast.as_str() {
+            return Ok((ReplyEffect::Broadcast, None));
+        }
         let state: String = row.try_get("state")?;
         let state =
             RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?;
@@ -794,6 +831,101 @@ impl Store for PostgresStore {
         )
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    async fn update_run(
+        &self,
+        run_id: Uuid,
+        change: &RunChange<'_>,
+    ) -> Result<Option<(bool, Run)>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = $1 FOR UPDATE"
+        ))
+        .bind(run_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let mut run = run_from_row(&row)?;
+        let Some(Json(settings)) =
+            sqlx::query_scalar::<_, Json<JobSettings>>("SELECT settings FROM jobs WHERE id = $1")
+                .bind(run.job_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| corrupt(format!("job {}", run.job_id), e))?
+        else {
+            return Ok(None);
+        };
+        if !change(&mut run, &settings) {
+            return Ok(Some((false, run)));
+        }
+        sqlx::query(
+            "UPDATE runs SET state = $2, attempt = $3, dispatched_at = $4, acked_at = $5,
+                 finished_at = $6, consumer = $7, output = $8, error = $9, due_at = $10,
+                 history = $11, progress = $12, heartbeat_at = $13, instances = $14
+             WHERE id = $1",
+        )
+        .bind(run.id)
+        .bind(run.state.as_str())
+        .bind(run.attempt as i32)
+        .bind(run.dispatched_at)
+        .bind(run.acked_at)
+        .bind(run.finished_at)
+        .bind(&run.consumer)
+        .bind(&run.output)
+        .bind(&run.error)
+        .bind(run.due_at)
+        .bind(Json(&run.history))
+        .bind(run.progress.as_ref().map(Json))
+        .bind(run.heartbeat_at)
+        .bind(Json(&run.instances))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some((true, run)))
+    }
+
+    async fn record_presence(&self, presence: &PresenceMessage) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO consumers (instance, group_name, zone, broadcast, last_seen)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (instance) DO UPDATE SET group_name = $2, zone = $3, broadcast = $4,
+                 last_seen = GREATEST(consumers.last_seen, $5)",
+        )
+        .bind(&presence.instance)
+        .bind(&presence.group)
+        .bind(&presence.zone)
+        .bind(presence.broadcast)
+        .bind(presence.at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        Self::live_zones_in(&mut conn, since).await
+    }
+
+    async fn fire_items(
+        &self,
+        job_id: Uuid,
+        fire_time: DateTime<Utc>,
+    ) -> Result<Vec<Run>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE job_id = $1 AND fire_time = $2 ORDER BY shard, zone"
+        ))
+        .bind(job_id)
+        .bind(fire_time)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
     }
 }
 
