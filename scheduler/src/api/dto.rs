@@ -12,6 +12,7 @@ use chime_consumer::protocol::{AttemptRecord, Progress};
 use crate::domain::{
     Backoff, DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
     Schedule, Target,
+    broadcast::{InstanceReceipt, ReceiptState},
     duration::HumanDuration,
     job::{limits, validate_name, validate_payload_size, validate_payload_text},
     schedule::ScheduleSpec,
@@ -323,6 +324,12 @@ pub struct RunResponse {
     pub shard: u32,
     /// Shard items of the fire.
     pub shard_total: u32,
+    /// The job's delivery mode when the run was recorded.
+    #[serde(default)]
+    pub mode: DeliveryMode,
+    /// The zone this item is for; null unless `mode` is `zone`.
+    #[serde(default)]
+    pub zone: Option<String>,
     /// Delivery attempt.
     pub attempt: u32,
     /// State.
@@ -358,6 +365,137 @@ pub struct RunResponse {
     pub progress: Option<Progress>,
     /// The consumer's latest heartbeat.
     pub heartbeat_at: Option<String>,
+    /// `broadcast` runs: one receipt per consumer instance that acked, with its latest
+    /// attempt; always empty for other modes.
+    #[serde(default)]
+    pub instances: Vec<InstanceResponse>,
+    /// Every item of the run's fire (same job, fire time and trigger), this run
+    /// included, by shard. Only on the single-run answers (`GET /v1/runs/{id}` and a
+    /// manual trigger), not in run lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<Vec<ItemResponse>>,
+    /// The fire as a whole (see [`FireState::of`]); present with `items`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fire_state: Option<FireState>,
+}
+
+/// What one consumer instance did with a broadcast run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InstanceResponse {
+    /// Consumer instance id.
+    pub instance: String,
+    /// The attempt it ran (its latest).
+    pub attempt: u32,
+    /// `running`, `succeeded`, `failed` or `lost`.
+    pub state: ReceiptState,
+    /// When it acked.
+    pub acked_at: String,
+    /// Its last heartbeat.
+    pub heartbeat_at: Option<String>,
+    /// When it finished, or was declared lost.
+    pub finished_at: Option<String>,
+    /// The handler's output.
+    pub output: Option<Value>,
+    /// Why it failed or was lost.
+    pub error: Option<String>,
+}
+
+impl From<&InstanceReceipt> for InstanceResponse {
+    fn from(receipt: &InstanceReceipt) -> Self {
+        Self {
+            instance: receipt.instance.clone(),
+            attempt: receipt.attempt,
+            state: receipt.state,
+            acked_at: timestamp(receipt.acked_at),
+            heartbeat_at: receipt.heartbeat_at.map(timestamp),
+            finished_at: receipt.finished_at.map(timestamp),
+            output: receipt.output.clone(),
+            error: receipt.error.as_ref().map(|e| e.message.clone()),
+        }
+    }
+}
+
+/// One item of a fire, as listed in a run's `items`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ItemResponse {
+    /// The item's run id.
+    pub id: Uuid,
+    /// Shard index.
+    pub shard: u32,
+    /// The zone (`zone` mode), else null.
+    pub zone: Option<String>,
+    /// The item's state.
+    pub state: RunState,
+    /// Its delivery attempt.
+    pub attempt: u32,
+    /// The consumer instance that acked or finished it last.
+    pub consumer: Option<String>,
+}
+
+impl From<&Run> for ItemResponse {
+    fn from(run: &Run) -> Self {
+        Self {
+            id: run.id,
+            shard: run.shard,
+            zone: run.zone.clone(),
+            state: run.state,
+            attempt: run.attempt,
+            consumer: run.consumer.clone(),
+        }
+    }
+}
+
+/// Where a fire stands as a whole, from the states of its items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FireState {
+    /// Some item is neither `succeeded` nor `dead` yet, and none is `dead`.
+    Running,
+    /// Every item succeeded.
+    Succeeded,
+    /// Some item is `dead`: the fire will not complete without a replay.
+    Dead,
+}
+
+impl FireState {
+    /// `dead` if any item is dead, else `succeeded` if every item succeeded (and there
+    /// is at least one), else `running`.
+    pub fn of(states: impl IntoIterator<Item = RunState>) -> Self {
+        let mut any = false;
+        let mut all_succeeded = true;
+        for state in states {
+            any = true;
+            match state {
+                RunState::Dead => return FireState::Dead,
+                RunState::Succeeded => {}
+                _ => all_succeeded = false,
+            }
+        }
+        if any && all_succeeded {
+            FireState::Succeeded
+        } else {
+            FireState::Running
+        }
+    }
+
+    /// The state's name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FireState::Running => "running",
+            FireState::Succeeded => "succeeded",
+            FireState::Dead => "dead",
+        }
+    }
+}
+
+impl RunResponse {
+    /// This run with the view of its whole fire: `items` (the runs of the fire, this one
+    /// included) and their `fire_state`.
+    pub fn with_fire(mut self, items: &[Run]) -> Self {
+        self.fire_state = Some(FireState::of(items.iter().map(|r| r.state)));
+        self.items = Some(items.iter().map(ItemResponse::from).collect());
+        self
+    }
 }
 
 impl From<&Run> for RunResponse {
@@ -368,6 +506,8 @@ impl From<&Run> for RunResponse {
             fire_time: timestamp(run.fire_time),
             shard: run.shard,
             shard_total: run.shard_total,
+            mode: run.mode,
+            zone: run.zone.clone(),
             attempt: run.attempt,
             state: run.state,
             trigger: run.trigger,
@@ -391,6 +531,9 @@ impl From<&Run> for RunResponse {
             history: run.history.clone(),
             progress: run.progress.clone(),
             heartbeat_at: run.heartbeat_at.map(timestamp),
+            instances: run.instances.iter().map(InstanceResponse::from).collect(),
+            items: None,
+            fire_state: None,
         }
     }
 }
@@ -512,13 +655,238 @@ mod tests {
             (big.code, big.field.as_deref()),
             (ErrorCode::PayloadTooLarge, Some("payload"))
         );
-        let mode = with("target", json!({"group": "g", "mode": "broadcast"}));
+        let mode = with("target", json!({"group": "g", "mode": "everyone"}));
         assert_eq!(
             (mode.code, mode.field.as_deref()),
-            (ErrorCode::Unsupported, Some("target.mode"))
+            (ErrorCode::InvalidField, Some("target.mode"))
         );
-        let mode = with("target", json!({"group": "g", "mode": "everyone"}));
-        assert_eq!(mode.code, ErrorCode::InvalidField);
+    }
+
+    /// The request with `target` as given, parsed the way the API parses a body.
+    fn with_target(target: Value) -> Result<JobSpec, ApiError> {
+        let body = json!({"name": "n", "schedule": {"every": "1m"}, "target": target});
+        let request: JobRequest = crate::api::body::parse_json(body.to_string().as_bytes())?;
+        request.into_spec(1024)
+    }
+
+    #[test]
+    fn every_delivery_mode_is_accepted() {
+        for target in [
+            json!({"group": "g"}),
+            json!({"group": "g", "mode": "group"}),
+            json!({"group": "g", "mode": "broadcast"}),
+            json!({"group": "g", "mode": "zone"}),
+            json!({"group": "g", "mode": "zone", "zones": ["dc1", "dc2"]}),
+            json!({"group": "g", "mode": "sharded", "shards": 1}),
+            json!({"group": "g", "mode": "sharded", "shards": limits::MAX_SHARDS}),
+        ] {
+            let spec = with_target(target.clone()).unwrap_or_else(|e| panic!("{target}: {e:?}"));
+            let mode = target["mode"].as_str().unwrap_or("group");
+            assert_eq!(spec.settings.target.mode.as_str(), mode, "{target}");
+        }
+        let zones: Vec<String> = (0..limits::MAX_ZONES).map(|i| format!("z{i}")).collect();
+        assert!(with_target(json!({"group": "g", "mode": "zone", "zones": zones})).is_ok());
+    }
+
+    #[test]
+    fn bad_targets_name_their_field() {
+        let too_many: Vec<String> = (0..=limits::MAX_ZONES).map(|i| format!("z{i}")).collect();
+        let cases = [
+            (
+                json!({"group": "g", "mode": "carrier-pigeon"}),
+                "target.mode",
+            ),
+            (json!({"group": "g", "mode": 7}), "target.mode"),
+            (
+                json!({"group": "g", "mode": "sharded", "shards": 0}),
+                "target.shards",
+            ),
+            (
+                json!({"group": "g", "mode": "sharded", "shards": 1025}),
+                "target.shards",
+            ),
+            (
+                json!({"group": "g", "mode": "sharded", "shards": -1}),
+                "target.shards",
+            ),
+            (json!({"group": "g", "mode": "sharded"}), "target.shards"),
+            (json!({"group": "g", "shards": 4}), "target.shards"),
+            (
+                json!({"group": "g", "mode": "broadcast", "shards": 4}),
+                "target.shards",
+            ),
+            (
+                json!({"group": "g", "mode": "zone", "zones": []}),
+                "target.zones",
+            ),
+            (
+                json!({"group": "g", "mode": "zone", "zones": too_many}),
+                "target.zones",
+            ),
+            (
+                json!({"group": "g", "mode": "zone", "zones": ["dc1", "dc1"]}),
+                "target.zones",
+            ),
+            (
+                json!({"group": "g", "mode": "zone", "zones": ["no space"]}),
+                "target.zones",
+            ),
+            (
+                json!({"group": "g", "mode": "zone", "zones": "dc1"}),
+                "target.zones",
+            ),
+            (
+                json!({"group": "g", "mode": "broadcast", "zones": ["dc1"]}),
+                "target.zones",
+            ),
+            (json!({"group": "g", "zones": ["dc1"]}), "target.zones"),
+            (
+                json!({"group": "g", "mode": "zone", "zone": "dc1"}),
+                "target.zone",
+            ),
+            (
+                json!({"group": "g", "mode": "sharded", "shard": 2}),
+                "target.shard",
+            ),
+        ];
+        for (target, field) in cases {
+            let error = with_target(target.clone()).expect_err(&target.to_string());
+            assert_eq!(
+                (error.code, error.field.as_deref()),
+                (ErrorCode::InvalidField, Some(field)),
+                "{target}: {}",
+                error.message
+            );
+            assert!(!error.message.is_empty());
+        }
+        let unknown =
+            with_target(json!({"group": "g", "mode": "zone", "zone": "dc1"})).unwrap_err();
+        assert!(
+            unknown.message.contains("unknown field `zone`"),
+            "{}",
+            unknown.message
+        );
+    }
+
+    #[test]
+    fn targets_survive_the_patch_round_trip() {
+        for target in [
+            json!({"group": "g", "mode": "broadcast"}),
+            json!({"group": "g", "mode": "zone"}),
+            json!({"group": "g", "mode": "zone", "zones": ["dc2", "dc1"]}),
+            json!({"group": "g", "mode": "sharded", "shards": 8}),
+        ] {
+            let spec = with_target(target.clone()).unwrap();
+            assert_eq!(
+                JobRequest::from_spec(&spec).into_spec(1024).unwrap(),
+                spec,
+                "{target}"
+            );
+            // What PATCH does: the current job as a request, the changes laid over it.
+            let Value::Object(mut merged) =
+                serde_json::to_value(JobRequest::from_spec(&spec)).unwrap()
+            else {
+                panic!("a request is an object")
+            };
+            merged.insert("payload".into(), json!({"v": 2}));
+            let patched = serde_json::from_value::<JobRequest>(Value::Object(merged))
+                .unwrap()
+                .into_spec(1024)
+                .unwrap();
+            assert_eq!(patched.settings.target, spec.settings.target, "{target}");
+            assert_eq!(patched.settings.payload, json!({"v": 2}));
+        }
+    }
+
+    fn run_in(state: RunState, shard: u32) -> Run {
+        let mut run = Run::new(
+            Uuid::nil(),
+            "2026-11-21T10:00:00Z".parse().unwrap(),
+            crate::domain::RunTrigger::Schedule,
+            Value::Null,
+            "2026-11-21T10:00:00Z".parse().unwrap(),
+        )
+        .item(DeliveryMode::Sharded, shard, 3, None);
+        run.state = state;
+        run
+    }
+
+    #[test]
+    fn fire_state_is_dead_if_any_item_is_else_succeeded_only_when_all_are() {
+        use RunState::*;
+        let of = |states: &[RunState]| FireState::of(states.iter().copied());
+        assert_eq!(of(&[Succeeded]), FireState::Succeeded);
+        assert_eq!(of(&[Succeeded, Succeeded, Succeeded]), FireState::Succeeded);
+        assert_eq!(of(&[Succeeded, Acked, Succeeded]), FireState::Running);
+        assert_eq!(of(&[Scheduled, Dispatched, Failed]), FireState::Running);
+        assert_eq!(of(&[Succeeded, Dead, Acked]), FireState::Dead);
+        assert_eq!(of(&[Dead]), FireState::Dead);
+        assert_eq!(of(&[]), FireState::Running);
+        assert_eq!(
+            serde_json::to_value(FireState::Dead).unwrap(),
+            json!("dead")
+        );
+        assert_eq!(FireState::Running.as_str(), "running");
+    }
+
+    #[test]
+    fn a_run_shows_its_mode_zone_instances_and_fire() {
+        let items = [
+            run_in(RunState::Succeeded, 0),
+            run_in(RunState::Acked, 1),
+            run_in(RunState::Scheduled, 2),
+        ];
+        let listed = serde_json::to_value(RunResponse::from(&items[1])).unwrap();
+        assert_eq!(
+            (&listed["mode"], &listed["zone"], &listed["instances"]),
+            (&json!("sharded"), &Value::Null, &json!([]))
+        );
+        assert!(listed.get("items").is_none() && listed.get("fire_state").is_none());
+        let single = RunResponse::from(&items[1]).with_fire(&items);
+        let json = serde_json::to_value(&single).unwrap();
+        assert_eq!(json["fire_state"], "running");
+        assert_eq!(
+            json["items"][1],
+            json!({"id": items[1].id, "shard": 1, "zone": null, "state": "acked",
+                   "attempt": 1, "consumer": null})
+        );
+        assert_eq!(serde_json::from_value::<RunResponse>(json).unwrap(), single);
+
+        let mut zone =
+            run_in(RunState::Succeeded, 0).item(DeliveryMode::Zone, 1, 2, Some("dc2".into()));
+        zone.consumer = Some("web-1".into());
+        let json =
+            serde_json::to_value(RunResponse::from(&zone).with_fire(&[zone.clone()])).unwrap();
+        assert_eq!(
+            (&json["mode"], &json["zone"]),
+            (&json!("zone"), &json!("dc2"))
+        );
+        assert_eq!(json["fire_state"], "succeeded");
+
+        let at: DateTime<Utc> = "2026-11-21T10:00:01Z".parse().unwrap();
+        let mut broadcast = run_in(RunState::Acked, 0).item(DeliveryMode::Broadcast, 0, 1, None);
+        broadcast.instances = vec![InstanceReceipt {
+            instance: "web-1".into(),
+            attempt: 1,
+            state: ReceiptState::Lost,
+            acked_at: at,
+            heartbeat_at: None,
+            finished_at: Some(at),
+            output: None,
+            error: Some(chime_consumer::protocol::TaskError {
+                message: "silent".into(),
+                retryable: true,
+                retry_after_ms: None,
+            }),
+        }];
+        let json = serde_json::to_value(RunResponse::from(&broadcast)).unwrap();
+        assert_eq!(
+            json["instances"],
+            json!([{"instance": "web-1", "attempt": 1, "state": "lost",
+                    "acked_at": "2026-11-21T10:00:01.000Z", "heartbeat_at": null,
+                    "finished_at": "2026-11-21T10:00:01.000Z", "output": null,
+                    "error": "silent"}])
+        );
     }
 
     #[test]

@@ -166,7 +166,9 @@ pub(super) async fn resume(
     set_paused(&state, &id, false).await
 }
 
-/// Fires the job now (even when paused), as a run with trigger `manual`.
+/// Fires the job now (even when paused), as runs with trigger `manual` (one per item, see
+/// [`crate::domain::Target::items`]); answers the first item with the whole fire's
+/// `items`. A zone job with no zone to run answers `unavailable`.
 pub(super) async fn trigger(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -199,7 +201,16 @@ pub(super) async fn trigger(
         metrics::counter!(telemetry::FIRES, "trigger" => "manual").increment(1);
         state.inner.dispatch.submit(recorded);
     }
-    Ok((StatusCode::ACCEPTED, Json(RunResponse::from(&runs[0]))))
+    // As stored: a second trigger in the same millisecond answers the first one's runs.
+    let items = super::runs::fire_items(state.store(), &runs[0]).await?;
+    let first = items
+        .iter()
+        .find(|item| item.id == runs[0].id)
+        .unwrap_or(&runs[0]);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RunResponse::from(first).with_fire(&items)),
+    ))
 }
 
 async fn set_paused(

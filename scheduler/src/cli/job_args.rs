@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, Args)]
 pub struct AddArgs {
     /// The job as JSON (as `POST /v1/jobs` takes it); `-` reads standard input.
-    #[arg(short, long, conflicts_with_all = ["name", "cron", "every", "at", "group"])]
+    #[arg(short, long, conflicts_with_all = ["name", "cron", "every", "at", "group", "mode", "zones", "shards"])]
     pub file: Option<PathBuf>,
     /// Job name, unique within the app.
     #[arg(long)]
@@ -33,6 +33,17 @@ pub struct AddArgs {
     /// Target consumer group.
     #[arg(long)]
     pub group: Option<String>,
+    /// Delivery mode: group (one instance runs each fire; the default), broadcast (every
+    /// live instance), zone (one instance per zone) or sharded (--shards items per fire).
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Zone mode: the zones that each run every fire, comma-separated ("dc1,dc2");
+    /// without it, every zone with live consumers.
+    #[arg(long, value_delimiter = ',')]
+    pub zones: Option<Vec<String>>,
+    /// Sharded mode: items per fire (1 to 1024).
+    #[arg(long)]
+    pub shards: Option<u32>,
     /// Payload JSON.
     #[arg(long)]
     pub payload: Option<String>,
@@ -91,7 +102,7 @@ impl AddArgs {
         let mut body = Map::new();
         body.insert("name".into(), json!(name));
         body.insert("schedule".into(), schedule);
-        body.insert("target".into(), json!({"group": group}));
+        body.insert("target".into(), self.target(group));
         if let Some(app) = &self.app {
             body.insert("app".into(), json!(app));
         }
@@ -112,5 +123,62 @@ impl AddArgs {
             }
         }
         Ok(Value::Object(body))
+    }
+
+    /// The `target` object: the group and whichever of mode, zones and shards were given
+    /// (the server checks that they fit together).
+    fn target(&self, group: &str) -> Value {
+        let mut target = json!({"group": group});
+        if let Some(mode) = &self.mode {
+            target["mode"] = json!(mode);
+        }
+        if let Some(zones) = &self.zones {
+            target["zones"] = json!(zones);
+        }
+        if let Some(shards) = self.shards {
+            target["shards"] = json!(shards);
+        }
+        target
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use serde_json::json;
+
+    use crate::cli::{Cli, Command, JobCommand};
+
+    fn add(args: &[&str]) -> serde_json::Value {
+        let argv = [
+            "chimectl", "job", "add", "--name", "n", "--every", "1m", "--group", "g",
+        ];
+        let cli = Cli::try_parse_from(argv.iter().chain(args)).unwrap();
+        let Command::Job(JobCommand::Add(add)) = cli.command else {
+            panic!("parsed as job add")
+        };
+        add.to_request().unwrap()
+    }
+
+    #[test]
+    fn delivery_flags_go_into_the_target() {
+        assert_eq!(add(&[])["target"], json!({"group": "g"}));
+        assert_eq!(
+            add(&["--mode", "sharded", "--shards", "8"])["target"],
+            json!({"group": "g", "mode": "sharded", "shards": 8})
+        );
+        assert_eq!(
+            add(&["--mode", "zone", "--zones", "dc1,dc2"])["target"],
+            json!({"group": "g", "mode": "zone", "zones": ["dc1", "dc2"]})
+        );
+        assert_eq!(
+            add(&["--mode", "broadcast"])["target"],
+            json!({"group": "g", "mode": "broadcast"})
+        );
+        // Validation is the server's: a mismatch is passed on as given.
+        assert_eq!(
+            add(&["--shards", "0"])["target"],
+            json!({"group": "g", "shards": 0})
+        );
     }
 }

@@ -205,7 +205,7 @@ async fn job(
             if json {
                 write_json(out, &run)
             } else {
-                writeln!(out, "triggered job {id}: run {} ({})", run.id, run.state)
+                writeln!(out, "{}", table::triggered(&id.to_string(), &run))
                     .context("writing output")
             }
         }

@@ -7,9 +7,10 @@ use comfy_table::{Table, presets::NOTHING};
 use crate::{
     api::{
         cluster::ClusterResponse,
-        dto::{JobResponse, RunResponse},
+        dto::{InstanceResponse, ItemResponse, JobResponse, RunResponse},
     },
     dlq::{DlqMessage, DlqSummary, ReplayReport},
+    domain::{DeliveryMode, Target},
 };
 
 fn table(header: &[&str]) -> Table {
@@ -27,6 +28,17 @@ fn schedule(job: &JobResponse) -> String {
         (_, Some(every), _) => format!("every {every}"),
         (_, _, Some(at)) => format!("at {at}"),
         _ => "-".into(),
+    }
+}
+
+/// `group`, `broadcast`, `sharded(8)`, `zone(dc1,dc2)`, or `zone(live)` for every zone
+/// with live consumers.
+pub fn mode(target: &Target) -> String {
+    match (target.mode, &target.zones, target.shards) {
+        (DeliveryMode::Sharded, _, Some(n)) => format!("sharded({n})"),
+        (DeliveryMode::Zone, Some(zones), _) => format!("zone({})", zones.join(",")),
+        (DeliveryMode::Zone, None, _) => "zone(live)".into(),
+        (mode, _, _) => mode.as_str().into(),
     }
 }
 
@@ -50,6 +62,7 @@ pub fn jobs(jobs: &[JobResponse]) -> String {
         "NAME",
         "SCHEDULE",
         "GROUP",
+        "MODE",
         "PAUSED",
         "NEXT FIRE",
     ]);
@@ -60,6 +73,7 @@ pub fn jobs(jobs: &[JobResponse]) -> String {
             job.spec.name.clone(),
             schedule(job),
             job.spec.target.group.clone(),
+            shorten(&mode(&job.spec.target), 40),
             job.spec.paused.to_string(),
             or_dash(job.next_fire_at.as_deref()),
         ]);
@@ -78,6 +92,7 @@ pub fn job_detail(job: &JobResponse) -> String {
         ("name", s.name.clone()),
         ("schedule", schedule(job)),
         ("group", s.target.group.clone()),
+        ("mode", mode(&s.target)),
         ("payload", s.payload.to_string()),
         ("ack_timeout", s.ack_timeout.clone()),
         ("max_attempts", s.max_attempts.to_string()),
@@ -137,17 +152,28 @@ pub fn runs(runs: &[RunResponse]) -> String {
     format!("{t}\n")
 }
 
-/// One run, field by field.
+/// One run, field by field; then, for a fire of several items, one line per item, and
+/// for a broadcast run, one line per consumer instance.
 pub fn run_detail(run: &RunResponse) -> String {
     let mut t = Table::new();
     t.load_preset(NOTHING);
-    let rows = [
+    let mut rows = vec![
         ("id", run.id.to_string()),
         ("job_id", run.job_id.to_string()),
         ("fire_time", run.fire_time.clone()),
         ("state", run.state.to_string()),
         ("attempt", run.attempt.to_string()),
+        ("mode", run.mode.as_str().to_string()),
         ("shard", format!("{}/{}", run.shard, run.shard_total)),
+    ];
+    if let Some(zone) = &run.zone {
+        rows.push(("zone", zone.clone()));
+    }
+    let items = run.items.as_deref().filter(|items| items.len() > 1);
+    if let (Some(items), Some(fire)) = (items, run.fire_state) {
+        rows.push(("fire", format!("{} ({} items)", fire.as_str(), items.len())));
+    }
+    rows.extend([
         ("created_at", run.created_at.clone()),
         ("dispatched_at", or_dash(run.dispatched_at.as_deref())),
         ("acked_at", or_dash(run.acked_at.as_deref())),
@@ -160,11 +186,86 @@ pub fn run_detail(run: &RunResponse) -> String {
             run.output.as_ref().map_or("-".into(), |o| o.to_string()),
         ),
         ("error", or_dash(run.error.as_deref())),
-    ];
+    ]);
     for (key, value) in rows {
         t.add_row(vec![key.to_string(), value]);
     }
+    let mut text = format!("{t}\n");
+    if let Some(items) = items {
+        text.push_str(&format!(
+            "\nitems of this fire (* = this run):\n{}",
+            fire_items(run, items)
+        ));
+    }
+    if run.mode == DeliveryMode::Broadcast {
+        text.push_str(&if run.instances.is_empty() {
+            "\ninstances: none has acked\n".to_string()
+        } else {
+            format!("\ninstances:\n{}", instances(&run.instances))
+        });
+    }
+    text
+}
+
+/// The items of `run`'s fire, one per line: the shard (or zone) marked `*` for `run`.
+fn fire_items(run: &RunResponse, items: &[ItemResponse]) -> String {
+    let by_zone = run.mode == DeliveryMode::Zone;
+    let mut t = table(&[
+        if by_zone { "ZONE" } else { "SHARD" },
+        "STATE",
+        "ATTEMPT",
+        "CONSUMER",
+        "RUN",
+    ]);
+    for item in items {
+        let name = match (&item.zone, by_zone) {
+            (Some(zone), true) => zone.clone(),
+            _ => item.shard.to_string(),
+        };
+        let this = if item.id == run.id { " *" } else { "" };
+        t.add_row(vec![
+            format!("{name}{this}"),
+            item.state.to_string(),
+            item.attempt.to_string(),
+            or_dash(item.consumer.as_deref()),
+            item.id.to_string(),
+        ]);
+    }
     format!("{t}\n")
+}
+
+/// A broadcast run's consumer instances, one per line.
+fn instances(instances: &[InstanceResponse]) -> String {
+    let mut t = table(&["INSTANCE", "STATE", "ATTEMPT", "FINISHED", "RESULT"]);
+    for instance in instances {
+        let result = match (&instance.error, &instance.output) {
+            (Some(error), _) => format!("error: {error}"),
+            (None, Some(output)) => output.to_string(),
+            (None, None) => "-".into(),
+        };
+        t.add_row(vec![
+            instance.instance.clone(),
+            serde_json::to_value(instance.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            instance.attempt.to_string(),
+            or_dash(instance.finished_at.as_deref()),
+            shorten(&result, 60),
+        ]);
+    }
+    format!("{t}\n")
+}
+
+/// What `job trigger` says: the run, and how many items the fire has when more than one.
+pub fn triggered(job: &str, run: &RunResponse) -> String {
+    let items = run.items.as_ref().map_or(1, Vec::len);
+    let more = if items > 1 {
+        format!(", the first of {items} items")
+    } else {
+        String::new()
+    };
+    format!("triggered job {job}: run {} ({}{more})", run.id, run.state)
 }
 
 /// The cluster: one line per node, with its shards as ranges.
@@ -363,5 +464,186 @@ mod cluster_tests {
         assert_eq!(ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3,7,9-10");
         assert_eq!(ranges(&[]), "-");
         assert_eq!(ranges(&[5]), "5");
+    }
+}
+
+#[cfg(test)]
+mod job_and_run_tests {
+    use chrono::{DateTime, Utc};
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::{
+        api::dto::JobRequest,
+        domain::{
+            Job, Run, RunState, RunTrigger,
+            broadcast::{InstanceReceipt, ReceiptState},
+        },
+    };
+
+    fn job(target: Value) -> JobResponse {
+        let request: JobRequest = serde_json::from_value(
+            json!({"app": "shop", "name": "n", "schedule": {"every": "1m"}, "target": target}),
+        )
+        .unwrap();
+        JobResponse::from(&Job::new(request.into_spec(1024).unwrap(), Utc::now()))
+    }
+
+    fn at() -> DateTime<Utc> {
+        "2026-11-21T10:00:00Z".parse().unwrap()
+    }
+
+    fn item(mode: DeliveryMode, shard: u32, total: u32, zone: Option<&str>) -> Run {
+        Run::new(
+            uuid::Uuid::nil(),
+            at(),
+            RunTrigger::Schedule,
+            Value::Null,
+            at(),
+        )
+        .item(mode, shard, total, zone.map(str::to_string))
+    }
+
+    #[test]
+    fn modes_are_short() {
+        let cases = [
+            (json!({"group": "g"}), "group"),
+            (json!({"group": "g", "mode": "broadcast"}), "broadcast"),
+            (
+                json!({"group": "g", "mode": "sharded", "shards": 8}),
+                "sharded(8)",
+            ),
+            (
+                json!({"group": "g", "mode": "zone", "zones": ["dc1", "dc2"]}),
+                "zone(dc1,dc2)",
+            ),
+            (json!({"group": "g", "mode": "zone"}), "zone(live)"),
+        ];
+        for (target, want) in cases {
+            let job = job(target);
+            assert_eq!(mode(&job.spec.target), want);
+            let listed = jobs(std::slice::from_ref(&job));
+            assert!(listed.contains("MODE") && listed.contains(want), "{listed}");
+            let detail = job_detail(&job);
+            assert!(
+                detail
+                    .lines()
+                    .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["mode", want]),
+                "{detail}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_sharded_run_lists_the_items_of_its_fire() {
+        let mut items: Vec<Run> = (0..3)
+            .map(|i| item(DeliveryMode::Sharded, i, 3, None))
+            .collect();
+        items[0].state = RunState::Succeeded;
+        items[0].consumer = Some("web-1".into());
+        items[1].state = RunState::Dead;
+        items[1].attempt = 5;
+        let run = RunResponse::from(&items[1]).with_fire(&items);
+        let text = run_detail(&run);
+        assert!(text.contains("sharded") && text.contains("1/3"), "{text}");
+        assert!(text.contains("dead (3 items)"), "{text}");
+        assert!(text.contains("SHARD") && !text.contains("ZONE"), "{text}");
+        let row = |needle: &str| {
+            // The last: the run's own id is also in the field rows above.
+            text.lines()
+                .rfind(|l| l.contains(needle))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            row(&items[0].id.to_string()),
+            ["0", "succeeded", "1", "web-1", &items[0].id.to_string()]
+        );
+        assert_eq!(
+            row(&items[1].id.to_string())[..4],
+            ["1", "*", "dead", "5"],
+            "{text}"
+        );
+        assert!(!text.contains("instances"), "{text}");
+        assert_eq!(
+            triggered("j", &RunResponse::from(&items[0]).with_fire(&items)),
+            format!(
+                "triggered job j: run {} (succeeded, the first of 3 items)",
+                items[0].id
+            )
+        );
+    }
+
+    #[test]
+    fn a_zone_run_names_its_zone_and_a_single_item_shows_no_item_table() {
+        let items = [
+            item(DeliveryMode::Zone, 0, 2, Some("dc1")),
+            item(DeliveryMode::Zone, 1, 2, Some("dc2")),
+        ];
+        let text = run_detail(&RunResponse::from(&items[1]).with_fire(&items));
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["zone", "dc2"]),
+            "{text}"
+        );
+        assert!(text.contains("ZONE") && text.contains("dc2 *"), "{text}");
+        assert!(text.contains("running (2 items)"), "{text}");
+
+        let single = item(DeliveryMode::Group, 0, 1, None);
+        let text = run_detail(&RunResponse::from(&single).with_fire(&[single.clone()]));
+        assert!(
+            !text.contains("items of this fire") && !text.contains("fire "),
+            "{text}"
+        );
+        assert!(!text.contains("zone"), "{text}");
+    }
+
+    #[test]
+    fn a_broadcast_run_lists_its_instances() {
+        let mut run = item(DeliveryMode::Broadcast, 0, 1, None);
+        let text = run_detail(&RunResponse::from(&run));
+        assert!(text.contains("instances: none has acked"), "{text}");
+        let receipt = |name: &str, state, output, error: Option<&str>| InstanceReceipt {
+            instance: name.into(),
+            attempt: 2,
+            state,
+            acked_at: at(),
+            heartbeat_at: None,
+            finished_at: Some(at()),
+            output,
+            error: error.map(|message| chime_consumer::protocol::TaskError {
+                message: message.into(),
+                retryable: true,
+                retry_after_ms: None,
+            }),
+        };
+        run.instances = vec![
+            receipt(
+                "web-1",
+                ReceiptState::Succeeded,
+                Some(json!({"ok": 1})),
+                None,
+            ),
+            receipt("web-2", ReceiptState::Lost, None, Some("no heartbeat")),
+        ];
+        let text = run_detail(&RunResponse::from(&run));
+        assert!(
+            text.contains("INSTANCE") && text.contains("FINISHED"),
+            "{text}"
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.iter().any(|l| l.contains("web-1")
+                && l.contains("succeeded")
+                && l.contains(r#"{"ok":1}"#)),
+            "{text}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("web-2")
+                && l.contains("lost")
+                && l.contains("2026-11-21T10:00:00.000Z")
+                && l.contains("error: no heartbeat")),
+            "{text}"
+        );
     }
 }

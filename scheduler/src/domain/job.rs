@@ -171,7 +171,8 @@ pub enum OverlapPolicy {
     #[default]
     Allow,
     /// Skip a fire while the job has a run that is not finished (`scheduled`,
-    /// `dispatched` or `acked`), whichever node recorded it.
+    /// `dispatched`, `acked`, or `failed` waiting for its retry), whichever node
+    /// recorded it.
     Forbid,
 }
 

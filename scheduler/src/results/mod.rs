@@ -27,7 +27,7 @@ use tracing::{debug, error, info, warn};
 
 use chime_consumer::{
     backoff::Backoff,
-    protocol::{Reply, ResultMessage, TaskOutcome, topology},
+    protocol::{PresenceMessage, Reply, ResultMessage, TaskOutcome, topology},
 };
 
 use crate::{
@@ -131,6 +131,15 @@ impl ResultCollector {
             }
         };
         sanitise(&mut reply);
+        if let Reply::Presence(presence) = &mut reply {
+            if !valid_presence(presence) {
+                warn!(instance = %presence.instance, group = %presence.group,
+                    "dead-lettering a presence message with an invalid group or zone name");
+                return dead_letter(delivery).await;
+            }
+            // Liveness is judged by this node's clock, not the consumer's.
+            presence.at = chrono::Utc::now();
+        }
         let give_up_at = tokio::time::Instant::now() + MAX_STORE_WAIT;
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         loop {
@@ -200,6 +209,13 @@ impl ResultCollector {
         debug!(kind, effect = effect_name, task_id = ?reply.task_id(), "reply");
         Ok(effect)
     }
+}
+
+/// Whether a presence message names a group and zone that could route tasks.
+fn valid_presence(presence: &PresenceMessage) -> bool {
+    topology::is_valid_name(&presence.group)
+        && topology::is_valid_instance(&presence.instance)
+        && presence.zone.as_deref().is_none_or(topology::is_valid_name)
 }
 
 /// Counts what a result did to its run.
@@ -317,6 +333,15 @@ mod tests {
             },
         });
         sanitise(&mut reply);
+        if let Reply::Presence(presence) = &mut reply {
+            if !valid_presence(presence) {
+                warn!(instance = %presence.instance, group = %presence.group,
+                    "dead-lettering a presence message with an invalid group or zone name");
+                return dead_letter(delivery).await;
+            }
+            // Liveness is judged by this node's clock, not the consumer's.
+            presence.at = chrono::Utc::now();
+        }
         let text = serde_json::to_string(&reply).unwrap();
         assert!(!text.contains("\\u0000"), "{text}");
         let mut failed = Reply::Result(ResultMessage {
@@ -336,6 +361,22 @@ mod tests {
         });
         sanitise(&mut failed);
         assert!(!serde_json::to_string(&failed).unwrap().contains("\\u0000"));
+    }
+
+    #[test]
+    fn presence_must_name_routable_groups_and_zones() {
+        let presence = |group: &str, zone: Option<&str>| PresenceMessage {
+            v: 1,
+            instance: "web-1".into(),
+            group: group.into(),
+            zone: zone.map(str::to_string),
+            broadcast: false,
+            at: chrono::Utc::now(),
+        };
+        assert!(valid_presence(&presence("web", Some("dc1"))));
+        assert!(valid_presence(&presence("web", None)));
+        assert!(!valid_presence(&presence("web", Some("a.b"))));
+        assert!(!valid_presence(&presence("we b", None)));
     }
 
     #[test]

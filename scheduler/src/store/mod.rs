@@ -580,15 +580,15 @@ pub(crate) fn plan_batch(
     };
     for job in jobs {
         let mut fires = job.fires_due(now, grace, live);
+        if fires.runs.is_empty() && fires.fire_times > 0 && needs_live_zones(job) {
+            plan.batch.skipped_no_zone.push(job.id);
+        }
         if !fires.runs.is_empty()
             && job.spec.settings.overlap == OverlapPolicy::Forbid
             && busy.contains(&job.id)
         {
             fires.runs.clear();
             plan.batch.skipped_overlap.push(job.id);
-        }
-        if fires.runs.is_empty() && fires.fire_times > 0 && needs_live_zones(job) {
-            plan.batch.skipped_no_zone.push(job.id);
         }
         if fires.misfired {
             plan.batch.misfired.push(job.spec.settings.misfire);
