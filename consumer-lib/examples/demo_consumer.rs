@@ -5,6 +5,9 @@
 //! CHIME_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f CHIME_GROUP=demo \
 //!     cargo run -p chime-consumer --example demo_consumer
 //! ```
+//!
+//! `CHIME_ZONE=dc1` places the instance in zone `dc1` (it also runs that zone's `zone`-mode
+//! jobs) and `CHIME_BROADCAST=1` subscribes it to the group's broadcasts.
 
 use std::time::Duration;
 
@@ -61,7 +64,11 @@ async fn main() -> anyhow::Result<()> {
     let url = std::env::var("CHIME_AMQP_URL")
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
     let group = std::env::var("CHIME_GROUP").unwrap_or_else(|_| "demo".into());
-    let consumer = Consumer::builder(url, group)
+    let mut builder = Consumer::builder(url, group);
+    if std::env::var("CHIME_BROADCAST").is_ok_and(|v| v == "1" || v == "true") {
+        builder = builder.broadcast();
+    }
+    let consumer = builder
         .handler("heartbeat", heartbeat)
         .handler("nightly-report", report)
         .handler("greet", greet)
@@ -70,6 +77,8 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(
         instance = consumer.instance(),
         group = consumer.group(),
+        zone = consumer.zone(),
+        broadcast = consumer.receives_broadcasts(),
         "demo consumer starting"
     );
     consumer.run().await?;

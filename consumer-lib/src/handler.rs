@@ -8,7 +8,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::protocol::{Progress, TaskError, TaskMessage, TaskOutcome};
+use crate::protocol::{
+    DeliveryMode, Progress, TaskError, TaskMessage, TaskOutcome, broadcast_idempotency_key,
+};
 
 /// Where a handler's progress reports go: the delivery's heartbeat loop.
 pub(crate) type ProgressSink = std::sync::Arc<tokio::sync::watch::Sender<Option<Progress>>>;
@@ -162,8 +164,26 @@ impl TaskContext {
 
     /// The idempotency key: the same for every delivery and attempt of this fire (shard
     /// item). Use it to make the handler's side effects happen once.
+    ///
+    /// For a [`DeliveryMode::Broadcast`] task every instance runs the fire once, so the key
+    /// is per (task, instance): [`broadcast_idempotency_key`]`(task_id, consumer)`. For
+    /// every other mode it is the task id.
     pub fn idempotency_key(&self) -> Uuid {
-        self.task.task_id
+        match self.task.mode {
+            DeliveryMode::Broadcast => broadcast_idempotency_key(self.task.task_id, &self.consumer),
+            DeliveryMode::Group | DeliveryMode::Zone | DeliveryMode::Sharded => self.task.task_id,
+        }
+    }
+
+    /// How the job's fires are delivered: to one instance of the group, to every
+    /// broadcast subscriber, to one instance per zone, or split into shard items.
+    pub fn mode(&self) -> DeliveryMode {
+        self.task.mode
+    }
+
+    /// The zone this item is for, for a [`DeliveryMode::Zone`] task; `None` otherwise.
+    pub fn zone(&self) -> Option<&str> {
+        self.task.zone.as_deref()
     }
 
     /// The job's id.
@@ -196,12 +216,17 @@ impl TaskContext {
         self.task.attempt
     }
 
-    /// Shard index of this item, `0..shard_total()`.
+    /// The sharding item this task covers, `0..shard_total()` (ElasticJob-style sharding):
+    /// a [`DeliveryMode::Sharded`] fire is split into `shard_total()` items spread over
+    /// the group's instances, each a task of its own with its own run id, retried alone.
+    /// The handler processes only its slice of the data, e.g. rows where
+    /// `id % shard_total() == shard()`. For a zone item it is the zone's position among the fire's zones; 0 otherwise.
     pub fn shard(&self) -> u32 {
         self.task.shard
     }
 
-    /// Number of shard items of this fire (1 for unsharded jobs).
+    /// How many sharding items this fire was split into (see [`TaskContext::shard`]); 1
+    /// for unsharded jobs.
     pub fn shard_total(&self) -> u32 {
         self.task.shard_total
     }
@@ -231,10 +256,10 @@ impl TaskContext {
 
 /// Starts and runs a handler, turning a panic — in the synchronous call or in the future
 /// it returns — into a permanent failure, so one bad task never takes the consumer down.
-pub(crate) async fn catch_panic<S, F>(start: S) -> HandlerResult
+pub(crate) async fn catch_panic<S, F, T>(start: S) -> Result<T, HandlerError>
 where
     S: FnOnce() -> F,
-    F: Future<Output = HandlerResult>,
+    F: Future<Output = Result<T, HandlerError>>,
 {
     use futures_util::FutureExt;
     use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -331,6 +356,30 @@ mod tests {
         assert_eq!(sent.note.as_deref(), Some("almost"));
         // Without a sink it is a no-op rather than an error.
         ctx(Value::Null).report_progress(Some(1.0), None);
+    }
+
+    #[test]
+    fn broadcast_tasks_have_a_key_per_instance() {
+        let group = ctx(Value::Null);
+        assert_eq!(group.idempotency_key(), group.task_id());
+        assert_eq!(group.mode(), DeliveryMode::Group);
+        assert_eq!(group.zone(), None);
+        let mut task = group.task().clone();
+        task.mode = DeliveryMode::Broadcast;
+        let on = |instance: &str| TaskContext::new(task.clone(), instance).idempotency_key();
+        assert_eq!(on("a"), broadcast_idempotency_key(task.task_id, "a"));
+        assert_ne!(on("a"), on("b"));
+        assert_ne!(on("a"), task.task_id);
+        task.mode = DeliveryMode::Zone;
+        task.zone = Some("dc1".into());
+        let zoned = TaskContext::new(task.clone(), "a");
+        assert_eq!(zoned.idempotency_key(), task.task_id);
+        assert_eq!(zoned.zone(), Some("dc1"));
+        task.mode = DeliveryMode::Sharded;
+        assert_eq!(
+            TaskContext::new(task.clone(), "a").idempotency_key(),
+            task.task_id
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Configuring a [`Consumer`]: broker, group, identity, concurrency and handlers.
+//! Configuring a [`Consumer`]: broker, group, identity, the delivery modes it subscribes
+//! to (zone, broadcast), concurrency and handlers.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -7,14 +8,29 @@ use crate::{
     error::ConsumerError,
     handler::Handler,
     idempotency::{IdempotencyStore, MemoryStore},
-    protocol::topology::is_valid_name,
+    protocol::topology::{instance_queue, is_valid_instance, is_valid_name, zone_queue},
 };
 
+/// Longest queue name RabbitMQ accepts (an AMQP short string).
+const MAX_QUEUE_NAME_LEN: usize = 255;
+
+/// Environment variable with the default instance id.
+const INSTANCE_ENV: &str = "CHIME_INSTANCE";
+/// Environment variable with the default zone.
+const ZONE_ENV: &str = "CHIME_ZONE";
+
 /// Builds a [`Consumer`]. Every option has a default except the broker URL and the group.
+///
+/// Subscribing is one builder call per delivery mode. Every instance consumes its
+/// group's work queue, which carries `group` and `sharded` jobs; [`ConsumerBuilder::zone`]
+/// adds the work queue of the instance's zone and [`ConsumerBuilder::broadcast`] adds the
+/// group's broadcasts. Read-only copies of tasks are for an [`crate::Observer`].
 pub struct ConsumerBuilder {
     amqp_url: String,
     group: String,
     instance: Option<String>,
+    zone: Option<String>,
+    broadcast: bool,
     concurrency: usize,
     prefetch: Option<u16>,
     drain_timeout: Duration,
@@ -30,6 +46,8 @@ impl ConsumerBuilder {
             amqp_url: amqp_url.into(),
             group: group.into(),
             instance: None,
+            zone: None,
+            broadcast: false,
             concurrency: 8,
             prefetch: None,
             drain_timeout: Duration::from_secs(30),
@@ -40,10 +58,34 @@ impl ConsumerBuilder {
         }
     }
 
-    /// This instance's id, reported on every ack and result. Default: `CHIME_INSTANCE`
-    /// if set, else `<hostname>-<pid>`.
+    /// This instance's id, reported on every ack, result and presence message and part of
+    /// its broadcast queue's name: 1 to 128 printable ASCII characters without spaces,
+    /// unique among the group's live instances. Default: `CHIME_INSTANCE` if set and not
+    /// empty, else `<hostname>-<pid>`.
     pub fn instance(mut self, id: impl Into<String>) -> Self {
         self.instance = Some(id.into());
+        self
+    }
+
+    /// Places this instance in zone `zone` (a name: letters, digits, `-`, `_`): besides
+    /// the group's work queue it consumes the zone's work queue
+    /// `chime.group.<group>.zone.<zone>`, where each fire of a `zone`-mode job is run by one
+    /// instance of each zone. Presence messages carry the zone, so the scheduler knows
+    /// which zones have live instances. Default: `CHIME_ZONE` if set and not empty, else
+    /// no zone.
+    pub fn zone(mut self, zone: impl Into<String>) -> Self {
+        self.zone = Some(zone.into());
+        self
+    }
+
+    /// Subscribes this instance to the group's broadcasts: every fire of a
+    /// `broadcast`-mode job runs once on each subscribed live instance, from the
+    /// instance's own queue `chime.broadcast.<group>.<instance>`. The queue lives as long
+    /// as the connection (fires published while the instance is down are not kept for
+    /// it), so instance ids must be unique. Each instance records a broadcast under its own
+    /// idempotency key ([`crate::TaskContext::idempotency_key`]). Default: off.
+    pub fn broadcast(mut self) -> Self {
+        self.broadcast = true;
         self
     }
 
@@ -53,9 +95,10 @@ impl ConsumerBuilder {
         self
     }
 
-    /// How many unacknowledged deliveries RabbitMQ may push ahead. Default twice the
-    /// concurrency, which keeps handlers busy without hoarding work other instances of
-    /// the group could run.
+    /// How many unacknowledged deliveries RabbitMQ may push ahead, per queue consumed (the
+    /// group's, the zone's, the broadcast queue). Default twice the concurrency, which
+    /// keeps handlers busy without hoarding work other instances of the group could run;
+    /// the concurrency bounds how many run at once whatever the number of queues.
     pub fn prefetch(mut self, n: u16) -> Self {
         self.prefetch = Some(n);
         self
@@ -143,19 +186,46 @@ impl ConsumerBuilder {
                 reason: "must be at least 1".into(),
             });
         }
-        let instance = self
-            .instance
-            .or_else(|| {
-                std::env::var("CHIME_INSTANCE")
-                    .ok()
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(default_instance_id);
+        let instance = resolve_instance(self.instance, std::env::var(INSTANCE_ENV).ok());
+        if !is_valid_instance(&instance) {
+            return Err(ConsumerError::InvalidName {
+                what: "instance",
+                name: instance,
+            });
+        }
+        let zone = resolve_zone(self.zone, std::env::var(ZONE_ENV).ok());
+        if let Some(zone) = zone.as_ref().filter(|zone| !is_valid_name(zone)) {
+            return Err(ConsumerError::InvalidName {
+                what: "zone",
+                name: zone.clone(),
+            });
+        }
+        let queues = [
+            zone.as_ref()
+                .map(|zone| ("zone", zone_queue(&self.group, zone))),
+            self.broadcast
+                .then(|| ("broadcast", instance_queue(&self.group, &instance))),
+        ];
+        if let Some((option, queue)) = queues
+            .into_iter()
+            .flatten()
+            .find(|(_, queue)| queue.len() > MAX_QUEUE_NAME_LEN)
+        {
+            return Err(ConsumerError::InvalidOption {
+                option,
+                reason: format!(
+                    "queue name {queue:?} is longer than {MAX_QUEUE_NAME_LEN} bytes; \
+                     use a shorter group, zone or instance id"
+                ),
+            });
+        }
         Ok(Consumer {
             settings: Arc::new(Settings {
                 amqp_url: self.amqp_url,
                 group: self.group,
                 instance,
+                zone,
+                broadcast: self.broadcast,
                 concurrency: self.concurrency,
                 prefetch,
                 drain_timeout: self.drain_timeout,
@@ -168,6 +238,20 @@ impl ConsumerBuilder {
             }),
         })
     }
+}
+
+/// The instance id: the one set on the builder, else `env` (the value of
+/// [`INSTANCE_ENV`]) unless empty, else [`default_instance_id`].
+fn resolve_instance(explicit: Option<String>, env: Option<String>) -> String {
+    explicit
+        .or_else(|| env.filter(|id| !id.is_empty()))
+        .unwrap_or_else(default_instance_id)
+}
+
+/// The zone: the one set on the builder, else `env` (the value of [`ZONE_ENV`]) unless
+/// empty, else none.
+fn resolve_zone(explicit: Option<String>, env: Option<String>) -> Option<String> {
+    explicit.or_else(|| env.filter(|zone| !zone.is_empty()))
 }
 
 /// `<hostname>-<pid>`: unique among live instances, readable in run history.
@@ -227,6 +311,89 @@ mod tests {
             .unwrap();
         assert_eq!(consumer.settings.prefetch, 10);
         assert_eq!(consumer.instance(), "i-1");
+        assert!(!consumer.settings.broadcast);
         assert!(default_instance_id().ends_with(&format!("-{}", std::process::id())));
+    }
+
+    #[test]
+    fn modes_are_one_call_each() {
+        let consumer = Consumer::builder("amqp://localhost", "orders")
+            .handler("j", noop)
+            .instance("i-1")
+            .zone("dc1")
+            .broadcast()
+            .build()
+            .unwrap();
+        assert_eq!(consumer.zone(), Some("dc1"));
+        assert!(consumer.settings.broadcast);
+    }
+
+    #[test]
+    fn rejects_bad_zones_and_instances() {
+        let base = || Consumer::builder("amqp://localhost", "orders").handler("j", noop);
+        for zone in ["", "dc.1", "a b", "-dc"] {
+            assert!(
+                matches!(
+                    base().zone(zone).build(),
+                    Err(ConsumerError::InvalidName { what: "zone", .. })
+                ),
+                "{zone:?}"
+            );
+        }
+        for instance in ["a b", "tab\there", &"x".repeat(129)] {
+            assert!(
+                matches!(
+                    base().instance(instance).build(),
+                    Err(ConsumerError::InvalidName {
+                        what: "instance",
+                        ..
+                    })
+                ),
+                "{instance:?}"
+            );
+        }
+        let long = "x".repeat(128);
+        let long_group = || Consumer::builder("amqp://localhost", &long).handler("j", noop);
+        assert!(matches!(
+            long_group().zone(&long).build(),
+            Err(ConsumerError::InvalidOption { option: "zone", .. })
+        ));
+        assert!(matches!(
+            long_group().instance(&long).broadcast().build(),
+            Err(ConsumerError::InvalidOption {
+                option: "broadcast",
+                ..
+            })
+        ));
+        assert!(long_group().instance(&long).build().is_ok());
+        // Instance ids are looser than names: dots and colons are fine.
+        assert!(
+            base()
+                .instance("ip-10-0-0-1.ec2.internal:42")
+                .build()
+                .is_ok()
+        );
+        let error = base().instance("a b").build().err().unwrap().to_string();
+        assert!(error.contains("printable ASCII"), "{error}");
+    }
+
+    #[test]
+    fn zone_defaults_to_the_environment_value() {
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(resolve_zone(None, None), None);
+        assert_eq!(resolve_zone(None, some("")), None);
+        assert_eq!(resolve_zone(None, some("dc2")), some("dc2"));
+        assert_eq!(resolve_zone(some("dc1"), some("dc2")), some("dc1"));
+        // An explicit empty zone is kept, so build() rejects it instead of ignoring it.
+        assert_eq!(resolve_zone(some(""), some("dc2")), some(""));
+    }
+
+    #[test]
+    fn instance_defaults_to_the_environment_value_then_the_host() {
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(resolve_instance(some("a"), some("b")), "a");
+        assert_eq!(resolve_instance(None, some("b")), "b");
+        assert_eq!(resolve_instance(None, some("")), default_instance_id());
+        assert_eq!(resolve_instance(None, None), default_instance_id());
     }
 }

@@ -1,4 +1,6 @@
-//! The life of one delivery, from parse to acknowledgement.
+//! The life of one delivery, from parse to acknowledgement. Deliveries from every queue
+//! (group, zone, broadcast) take the same path; outcomes are looked up and recorded by
+//! [`TaskContext::idempotency_key`], which is per instance for broadcast tasks.
 
 use std::time::Duration;
 
@@ -46,13 +48,15 @@ pub(super) async fn process(delivery: Delivery, shared: &Shared, replies: &Reply
             return;
         }
     };
-    let _one_at_a_time = shared.key_locks.lock(task.task_id).await;
     let publisher = delivery
         .properties
         .app_id()
         .as_ref()
         .map(|id| id.to_string());
     let ctx = TaskContext::new(task, shared.settings.instance.clone()).with_publisher(publisher);
+    // Every lookup and record below uses the idempotency key (per instance for
+    // broadcasts), so two deliveries of one key run one after the other.
+    let _one_at_a_time = shared.key_locks.lock(ctx.idempotency_key()).await;
     let give_up_at = tokio::time::Instant::now() + MAX_STORE_WAIT;
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     let outcome = loop {

@@ -1,5 +1,7 @@
-//! The consumer runtime: connects to RabbitMQ, consumes the group's work queue, runs
-//! handlers with bounded concurrency, reports acks and results, and reconnects with
+//! The consumer runtime: connects to RabbitMQ, consumes the instance's queues (the group's
+//! work queue, and with [`ConsumerBuilder::zone`] / [`ConsumerBuilder::broadcast`] its
+//! zone's work queue and its own broadcast queue), runs handlers with bounded concurrency,
+//! reports acks and results, announces itself with presence messages, and reconnects with
 //! backoff when the broker goes away.
 //!
 //! Per delivery (see [`delivery`]): parse (malformed → dead-letter queue), replay a recorded
@@ -13,6 +15,7 @@ mod builder;
 mod delivery;
 mod heartbeat;
 mod key_lock;
+mod presence;
 mod replies;
 mod session;
 
@@ -72,6 +75,10 @@ pub(crate) struct Settings {
     pub(crate) amqp_url: String,
     pub(crate) group: String,
     pub(crate) instance: String,
+    /// The zone whose work queue this instance also consumes.
+    pub(crate) zone: Option<String>,
+    /// Whether this instance consumes the group's broadcasts.
+    pub(crate) broadcast: bool,
     pub(crate) concurrency: usize,
     pub(crate) prefetch: u16,
     pub(crate) drain_timeout: Duration,
@@ -110,6 +117,17 @@ impl Consumer {
     /// The group this consumer belongs to.
     pub fn group(&self) -> &str {
         &self.settings.group
+    }
+
+    /// The zone this instance is in, if any (see [`ConsumerBuilder::zone`]).
+    pub fn zone(&self) -> Option<&str> {
+        self.settings.zone.as_deref()
+    }
+
+    /// Whether this instance receives the group's broadcasts (see
+    /// [`ConsumerBuilder::broadcast`]).
+    pub fn receives_broadcasts(&self) -> bool {
+        self.settings.broadcast
     }
 
     /// Runs until SIGINT (Ctrl-C) or SIGTERM, then drains running handlers.
@@ -160,7 +178,9 @@ impl Consumer {
             };
             backoff.reset();
             info!(group = %settings.group, instance = %settings.instance,
-                concurrency = settings.concurrency, prefetch = settings.prefetch, "consuming");
+                zone = settings.zone.as_deref(), broadcast = settings.broadcast,
+                queues = ?session.queues(), concurrency = settings.concurrency,
+                prefetch = settings.prefetch, "consuming");
             match session
                 .consume(&shared, &permits, &in_flight, &cancel)
                 .await

@@ -1,4 +1,5 @@
-//! Publishing acks and results to the scheduler, each confirmed by the broker.
+//! Publishing acks, results, heartbeats and presence messages to the scheduler, each
+//! confirmed by the broker.
 
 use std::time::Duration;
 
@@ -9,7 +10,8 @@ use crate::{
     handler::TaskContext,
     idempotency::RecordedOutcome,
     protocol::{
-        AckMessage, HeartbeatMessage, PROTOCOL_VERSION, Progress, Reply, ResultMessage, topology,
+        AckMessage, HeartbeatMessage, PROTOCOL_VERSION, PresenceMessage, Progress, Reply,
+        ResultMessage, topology,
     },
 };
 
@@ -88,6 +90,25 @@ impl ReplyPublisher {
             consumer: self.instance.clone(),
             at: Utc::now(),
             progress,
+        }))
+        .await
+    }
+
+    /// Announces that this instance of `group` is alive, in `zone`, and whether it takes
+    /// the group's broadcasts.
+    pub(crate) async fn send_presence(
+        &self,
+        group: &str,
+        zone: Option<&str>,
+        broadcast: bool,
+    ) -> Result<(), ReplyError> {
+        self.publish(Reply::Presence(PresenceMessage {
+            v: PROTOCOL_VERSION,
+            instance: self.instance.clone(),
+            group: group.to_string(),
+            zone: zone.map(str::to_string),
+            broadcast,
+            at: Utc::now(),
         }))
         .await
     }

@@ -1,19 +1,29 @@
-//! One connection's worth of consuming: open channels, declare topology, pull deliveries,
-//! and drain on shutdown.
+//! One connection's worth of consuming: open channels, declare topology, consume every
+//! queue of this instance on one channel, announce presence, and drain on shutdown.
+//!
+//! The queues: the group's work queue always; the zone's work queue with a zone; the
+//! instance's own broadcast queue with broadcasts (exclusive to the connection, so it is
+//! declared again on every reconnect). Each gets its own `basic.consume` on the consume
+//! channel, with the same per-consumer prefetch, and their deliveries are merged into one
+//! stream; the semaphore bounds how many handlers run at once across all of them.
 
 use std::{sync::Arc, time::Duration};
 
-use futures_util::StreamExt;
+use futures_util::{
+    StreamExt,
+    stream::{self, BoxStream},
+};
 use lapin::{
     Channel, Connection, ConnectionProperties,
+    message::Delivery,
     options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions},
     types::FieldTable,
 };
 use tokio::sync::Semaphore;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::{sync::CancellationToken, sync::DropGuard, task::TaskTracker};
 use tracing::{info, warn};
 
-use super::{Settings, Shared, delivery, replies::ReplyPublisher};
+use super::{Settings, Shared, delivery, presence, replies::ReplyPublisher};
 use crate::protocol::topology;
 
 /// Why consuming stopped.
@@ -24,11 +34,20 @@ pub(super) enum SessionEnd {
     Lost(String),
 }
 
+/// What the merged consumer streams yield.
+enum Pulled {
+    Delivery(Box<Delivery>),
+    Failed(lapin::Error),
+    /// The consumer of this queue ended (cancelled by the broker or the channel closed).
+    Ended(String),
+}
+
 pub(super) struct Session {
     connection: Connection,
     consume_channel: Channel,
-    consumer: lapin::Consumer,
+    consumers: Vec<lapin::Consumer>,
     replies: ReplyPublisher,
+    presence: DropGuard,
 }
 
 impl Session {
@@ -43,28 +62,44 @@ impl Session {
             .await?;
         topology::declare_replies(&publish_channel).await?;
         let consume_channel = connection.create_channel().await?;
-        topology::declare_group(&consume_channel, &settings.group).await?;
+        let queues = declare_queues(&consume_channel, settings).await?;
+        // Per consumer (not global: quorum queues refuse global QoS).
         consume_channel
             .basic_qos(settings.prefetch, BasicQosOptions::default())
             .await?;
-        let queue = topology::group_queue(&settings.group);
-        let consumer = consume_channel
-            .basic_consume(
-                queue.as_str().into(),
-                format!("{}:{}", settings.instance, uuid::Uuid::now_v7().simple()).into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        let mut consumers = Vec::with_capacity(queues.len());
+        for queue in &queues {
+            let consumer = consume_channel
+                .basic_consume(
+                    queue.as_str().into(),
+                    format!("{}:{}", settings.instance, uuid::Uuid::now_v7().simple()).into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            consumers.push(consumer);
+        }
+        let replies = ReplyPublisher::new(publish_channel, settings.instance.clone());
+        let presence = presence::start(settings, &replies);
         Ok(Self {
             connection,
             consume_channel,
-            consumer,
-            replies: ReplyPublisher::new(publish_channel, settings.instance.clone()),
+            consumers,
+            replies,
+            presence,
         })
     }
 
-    /// Pulls deliveries and spawns one task each, never more than the concurrency at once.
+    /// The queues this session consumes.
+    pub(super) fn queues(&self) -> Vec<String> {
+        self.consumers
+            .iter()
+            .map(|consumer| consumer.queue().to_string())
+            .collect()
+    }
+
+    /// Pulls deliveries from every queue and spawns one task each, never more than the
+    /// concurrency at once.
     pub(super) async fn consume(
         &self,
         shared: &Arc<Shared>,
@@ -72,7 +107,7 @@ impl Session {
         in_flight: &TaskTracker,
         cancel: &CancellationToken,
     ) -> SessionEnd {
-        let mut deliveries = self.consumer.clone();
+        let mut deliveries = stream::select_all(self.consumers.iter().map(pulled));
         loop {
             let permit = tokio::select! {
                 permit = permits.clone().acquire_owned() => permit.expect("semaphore never closes"),
@@ -83,29 +118,36 @@ impl Session {
                 () = cancel.cancelled() => return SessionEnd::Cancelled,
             };
             match next {
-                Some(Ok(received)) => {
+                Some(Pulled::Delivery(received)) => {
                     let shared = shared.clone();
                     let replies = self.replies.clone();
                     in_flight.spawn(async move {
-                        delivery::process(received, &shared, &replies).await;
+                        delivery::process(*received, &shared, &replies).await;
                         drop(permit);
                     });
                 }
-                Some(Err(error)) => return SessionEnd::Lost(error.to_string()),
-                None => return SessionEnd::Lost("consumer stream ended".into()),
+                Some(Pulled::Failed(error)) => return SessionEnd::Lost(error.to_string()),
+                Some(Pulled::Ended(queue)) => {
+                    return SessionEnd::Lost(format!("consumer of {queue} ended"));
+                }
+                None => return SessionEnd::Lost("no queue to consume".into()),
             }
         }
     }
 
-    /// Stops new deliveries, waits for running handlers to report and acknowledge, then
-    /// closes. Deliveries prefetched but not started are returned to the queue by the close.
+    /// Stops presence and new deliveries, waits for running handlers to report and
+    /// acknowledge, then closes. Deliveries prefetched but not started are returned to
+    /// their queues by the close.
     pub(super) async fn drain(self, in_flight: &TaskTracker, timeout: Duration) {
-        if let Err(error) = self
-            .consume_channel
-            .basic_cancel(self.consumer.tag(), BasicCancelOptions::default())
-            .await
-        {
-            warn!(%error, "could not cancel the consumer; closing anyway");
+        drop(self.presence);
+        for consumer in &self.consumers {
+            if let Err(error) = self
+                .consume_channel
+                .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+                .await
+            {
+                warn!(%error, queue = %consumer.queue(), "could not cancel the consumer; closing anyway");
+            }
         }
         in_flight.close();
         if tokio::time::timeout(timeout, in_flight.wait())
@@ -128,4 +170,39 @@ impl Session {
             .await;
         info!("consumer stopped");
     }
+}
+
+/// Declares every queue this instance consumes and returns their names: the group's work
+/// queue, the zone's, and the instance's broadcast queue.
+async fn declare_queues(
+    channel: &Channel,
+    settings: &Settings,
+) -> Result<Vec<String>, lapin::Error> {
+    topology::declare_group(channel, &settings.group).await?;
+    let mut queues = vec![topology::group_queue(&settings.group)];
+    if let Some(zone) = &settings.zone {
+        topology::declare_zone(channel, &settings.group, zone).await?;
+        queues.push(topology::zone_queue(&settings.group, zone));
+    }
+    if settings.broadcast {
+        queues.push(
+            topology::declare_instance_queue(channel, &settings.group, &settings.instance).await?,
+        );
+    }
+    Ok(queues)
+}
+
+/// `consumer`'s deliveries, followed by [`Pulled::Ended`] when its stream ends, so the
+/// merged stream reports the end of any one queue's consumer instead of carrying on
+/// without it.
+fn pulled(consumer: &lapin::Consumer) -> BoxStream<'static, Pulled> {
+    let queue = consumer.queue().to_string();
+    consumer
+        .clone()
+        .map(|next| match next {
+            Ok(delivery) => Pulled::Delivery(Box::new(delivery)),
+            Err(error) => Pulled::Failed(error),
+        })
+        .chain(stream::once(async move { Pulled::Ended(queue) }))
+        .boxed()
 }

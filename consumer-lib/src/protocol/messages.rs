@@ -71,7 +71,7 @@ impl DeliveryMode {
 pub struct TaskMessage {
     /// Protocol version, always [`PROTOCOL_VERSION`] when written by this crate.
     pub v: u32,
-    /// Run id and idempotency key, see [`super::run_id`].
+    /// Run id and idempotency key, see [`super::run_id()`].
     pub task_id: Uuid,
     /// The job that fired.
     pub job_id: Uuid,

@@ -1,5 +1,5 @@
 //! The Chime wire protocol, defined once and shared by the scheduler and every consumer:
-//! the message types ([`messages`]), the idempotency-key derivation ([`run_id`]) and the
+//! the message types ([`messages`]), the idempotency-key derivation ([`run_id`](mod@run_id)) and the
 //! RabbitMQ topology — exchange and queue names and their arguments ([`topology`]).
 //!
 //! `docs/protocol.md` describes the same protocol for consumers written in other languages.

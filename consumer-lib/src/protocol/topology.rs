@@ -508,7 +508,10 @@ mod tests {
         assert_eq!(origin_queue("chime.replies.dlq"), Some("chime.replies"));
         assert_eq!(group_of_queue("chime.group.orders"), Some("orders"));
         assert_eq!(group_of_queue("chime.replies"), None);
-        assert_eq!(group_of_queue("chime.group.orders.zone.dc1"), Some("orders"));
+        assert_eq!(
+            group_of_queue("chime.group.orders.zone.dc1"),
+            Some("orders")
+        );
         assert_eq!(group_of_queue("chime.group.orders.zone.a.b"), None);
         assert_eq!(
             queue_route("chime.group.orders.zone.dc1"),
@@ -534,7 +537,10 @@ mod tests {
         task.mode = DeliveryMode::Zone;
         task.zone = Some("dc1".into());
         assert_eq!(task_route(&task), (TASK_EXCHANGE, "web.dc1".to_string()));
-        assert_eq!(task_queue(&task).as_deref(), Some("chime.group.web.zone.dc1"));
+        assert_eq!(
+            task_queue(&task).as_deref(),
+            Some("chime.group.web.zone.dc1")
+        );
         assert!(task_is_mandatory(&task));
         task.mode = DeliveryMode::Broadcast;
         task.zone = None;
@@ -564,7 +570,13 @@ mod tests {
 
     #[test]
     fn topic_patterns_and_instance_ids() {
-        for ok in ["shop.*", "#", "*.close-orders", "shop.close-orders", "shop.#"] {
+        for ok in [
+            "shop.*",
+            "#",
+            "*.close-orders",
+            "shop.close-orders",
+            "shop.#",
+        ] {
             assert!(is_valid_topic_pattern(ok), "{ok}");
         }
         for bad in ["", "shop.", "shop..x", "shop.a b", "shop.**"] {

@@ -7,9 +7,17 @@
 //! - `{"panic": true}`: panic;
 //! - `{"crash": true}`: abort the whole process after 300 ms (a poison message);
 //! - `{"fail_until_attempt": N}`: fail retryably while the attempt is below N;
-//! - `{"progress": true}`: report 50 % progress, then wait for the heartbeat to carry it.
+//! - `{"progress": true}`: report 50 % progress, then wait for the heartbeat to carry it;
+//! - `{"fail_shard": N}`: shard item N fails retryably on attempt 1 only.
+//!
+//! Each line carries the task's `shard`, `shard_total`, `zone` and `mode`.
 //!
 //! With `--heal`, `fail` and `crash` are ignored: the handler "was fixed".
+//!
+//! `--zone Z` places the instance in zone Z and `--broadcast` subscribes it to the group's
+//! broadcasts. With one or more `--observe PATTERN` the process is not a consumer but an
+//! observer named after `--instance`, printing one line per copy received:
+//! `{"event":"observed","task_id":..,"job":..,"app":..,"attempt":..,"shard":..,"instance":..}`.
 //!
 //! With `--postgres URL` it uses the PostgreSQL idempotency store and runs every task in
 //! the transactional form, recording each task id in table `test_effects` in the same
@@ -18,7 +26,7 @@
 use std::time::Duration;
 
 use chime_consumer::{
-    Consumer, HandlerError, HandlerResult, TaskContext,
+    Consumer, HandlerError, HandlerResult, Observer, TaskContext, TaskMessage,
     idempotency::{PgIdempotencyStore, tx_handler},
 };
 use clap::Parser;
@@ -40,6 +48,16 @@ struct Args {
     /// Ignore `fail` and `crash` in payloads (the handler has been fixed).
     #[arg(long)]
     heal: bool,
+    /// Consume this zone's work queue too.
+    #[arg(long)]
+    zone: Option<String>,
+    /// Receive the group's broadcasts.
+    #[arg(long)]
+    broadcast: bool,
+    /// Run as an observer named after `--instance` with this topic pattern (repeatable)
+    /// instead of as a consumer.
+    #[arg(long = "observe")]
+    observe: Vec<String>,
 }
 
 static HEALED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -53,6 +71,10 @@ fn report(event: &str, ctx: &TaskContext) {
         "attempt": ctx.attempt(),
         "fire_time": ctx.fire_time(),
         "instance": ctx.consumer(),
+        "shard": ctx.shard(),
+        "shard_total": ctx.shard_total(),
+        "zone": ctx.zone(),
+        "mode": ctx.mode(),
         "payload": ctx.payload(),
         "publisher": ctx.publisher(),
         "at_ms": chrono::Utc::now().timestamp_millis(),
@@ -80,6 +102,14 @@ async fn behave(ctx: &TaskContext) -> HandlerResult {
         return Err(HandlerError::retryable(format!(
             "failing attempt {} on purpose",
             ctx.attempt()
+        )));
+    }
+    if payload.get("fail_shard").and_then(Value::as_u64) == Some(u64::from(ctx.shard()))
+        && ctx.attempt() == 1
+    {
+        return Err(HandlerError::retryable(format!(
+            "failing shard {} on attempt 1 on purpose",
+            ctx.shard()
         )));
     }
     if payload.get("progress").and_then(Value::as_bool) == Some(true) {
@@ -113,9 +143,18 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     HEALED.set(args.heal).expect("set once");
-    let builder = Consumer::builder(&args.amqp_url, &args.group)
+    if !args.observe.is_empty() {
+        return observe(&args).await;
+    }
+    let mut builder = Consumer::builder(&args.amqp_url, &args.group)
         .instance(&args.instance)
         .concurrency(args.concurrency);
+    if let Some(zone) = &args.zone {
+        builder = builder.zone(zone);
+    }
+    if args.broadcast {
+        builder = builder.broadcast();
+    }
     let consumer = match &args.postgres {
         None => builder.fallback_handler(handle).build()?,
         Some(url) => {
@@ -151,5 +190,34 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     consumer.run().await?;
+    Ok(())
+}
+
+/// Runs an observer named after `--instance` on the `--observe` patterns.
+async fn observe(args: &Args) -> anyhow::Result<()> {
+    let mut builder = Observer::builder(&args.amqp_url, &args.instance);
+    for pattern in &args.observe {
+        builder = builder.subscribe(pattern);
+    }
+    let instance = args.instance.clone();
+    let observer = builder
+        .concurrency(args.concurrency)
+        .handler(move |task: TaskMessage| {
+            let line = json!({
+                "event": "observed",
+                "task_id": task.task_id,
+                "job": task.job,
+                "app": task.app,
+                "attempt": task.attempt,
+                "shard": task.shard,
+                "instance": instance,
+            });
+            async move {
+                println!("{line}");
+                Ok(())
+            }
+        })
+        .build()?;
+    observer.run().await?;
     Ok(())
 }

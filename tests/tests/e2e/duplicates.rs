@@ -10,13 +10,17 @@ use chime_tests::{TestConsumer, TestDatabase, TestVhost, wait};
 use serde_json::json;
 use sqlx::Connection;
 
-/// Takes replies off the reply queue until `want` have arrived.
+/// Takes replies about tasks off the reply queue until `want` have arrived (consumers'
+/// presence messages are skipped).
 async fn replies(vhost: &TestVhost, want: usize) -> Vec<Reply> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut replies = Vec::new();
     while replies.len() < want {
         match vhost.get(topology::REPLY_QUEUE).await {
-            Some(body) => replies.push(Reply::from_slice(&body).expect("replies parse")),
+            Some(body) => match Reply::from_slice(&body).expect("replies parse") {
+                Reply::Presence(_) => {}
+                reply => replies.push(reply),
+            },
             None => {
                 assert!(
                     tokio::time::Instant::now() < deadline,
@@ -35,7 +39,7 @@ fn results(replies: &[Reply]) -> Vec<(bool, TaskOutcome)> {
         .iter()
         .filter_map(|r| match r {
             Reply::Result(result) => Some((result.replayed, result.outcome.clone())),
-            Reply::Ack(_) | Reply::Heartbeat(_) => None,
+            Reply::Ack(_) | Reply::Heartbeat(_) | Reply::Presence(_) => None,
         })
         .collect()
 }
