@@ -9,14 +9,13 @@ use chime_consumer::protocol::{
 };
 use chime_scheduler::{
     cluster::{DEFAULT_SHARD_COUNT, shard_of},
-    domain::{
-        DeliveryMode, Job, JobSettings, LiveZones, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
-        RunTrigger, Schedule, Target, duration::HumanDuration, job::limits, schedule::ScheduleSpec,
-    },
     domain::broadcast::ReceiptState,
-    store::{
-        Expect, Firing, JobPage, Replay, ReplyEffect, RunPage, Store, StoreError, live_since,
+    domain::{
+        DeliveryMode, Job, JobSettings, JobSpec, LiveZones, MisfirePolicy, OverlapPolicy, Run,
+        RunState, RunTrigger, Schedule, Target, duration::HumanDuration, job::limits,
+        schedule::ScheduleSpec,
     },
+    store::{Expect, Firing, JobPage, Replay, ReplyEffect, RunPage, Store, StoreError, live_since},
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
@@ -674,7 +673,9 @@ async fn retryable_failures_retry_after_backoff_then_die(store: &dyn Store) {
     spec.settings.max_attempts = 2;
     let job = Job::new(spec, now);
     store.insert_job(&job).await.unwrap();
-    let run = job.new_runs(now, RunTrigger::Manual, now, &LiveZones::default()).remove(0);
+    let run = job
+        .new_runs(now, RunTrigger::Manual, now, &LiveZones::default())
+        .remove(0);
     store.insert_run(&run).await.unwrap();
     store.mark_dispatched(&[run.id], now).await.unwrap();
 
@@ -774,7 +775,9 @@ async fn deadlines_follow_acks_and_heartbeats(store: &dyn Store) {
     spec.settings.run_timeout = HumanDuration(std::time::Duration::from_secs(60));
     let job = Job::new(spec, now);
     store.insert_job(&job).await.unwrap();
-    let run = job.new_runs(now, RunTrigger::Manual, now, &LiveZones::default()).remove(0);
+    let run = job
+        .new_runs(now, RunTrigger::Manual, now, &LiveZones::default())
+        .remove(0);
     store.insert_run(&run).await.unwrap();
     store.mark_dispatched(&[run.id], now).await.unwrap();
     let dispatched = store.get_run(run.id).await.unwrap().unwrap();
@@ -861,7 +864,9 @@ async fn replay_revives_only_dead_runs(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let job = Job::new(spec("replayed", json!({"every": "1h"})), now);
     store.insert_job(&job).await.unwrap();
-    let run = job.new_runs(now, RunTrigger::Manual, now, &LiveZones::default()).remove(0);
+    let run = job
+        .new_runs(now, RunTrigger::Manual, now, &LiveZones::default())
+        .remove(0);
     store.insert_run(&run).await.unwrap();
     assert!(matches!(
         store.replay_run(run.id, now).await.unwrap(),
@@ -951,7 +956,10 @@ async fn sharded_and_zone_fires_record_one_run_per_item(store: &dyn Store) {
     );
     assert!(of(&live).is_empty(), "no zone has live consumers yet");
     assert_eq!(batch.skipped_no_zone, vec![live.id]);
-    let items = store.fire_items(sharded.id, now + Duration::seconds(1)).await.unwrap();
+    let items = store
+        .fire_items(sharded.id, now + Duration::seconds(1))
+        .await
+        .unwrap();
     assert_eq!(items.len(), 4);
     let unique: std::collections::HashSet<Uuid> = items.iter().map(|r| r.id).collect();
     assert_eq!(unique.len(), 4, "each item has its own idempotency key");
@@ -982,8 +990,15 @@ async fn sharded_and_zone_fires_record_one_run_per_item(store: &dyn Store) {
     let batch = store.fire(&[live.id], at, GRACE, &firing()).await.unwrap();
     let zones: Vec<Option<String>> = batch.recorded.iter().map(|t| t.zone.clone()).collect();
     assert_eq!(zones, vec![Some("dc1".into()), Some("dc2".into())]);
-    let run = store.get_run(batch.recorded[1].task_id).await.unwrap().unwrap();
-    assert_eq!((run.mode, run.zone.as_deref()), (DeliveryMode::Zone, Some("dc2")));
+    let run = store
+        .get_run(batch.recorded[1].task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (run.mode, run.zone.as_deref()),
+        (DeliveryMode::Zone, Some("dc2"))
+    );
 }
 
 async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
@@ -1021,25 +1036,38 @@ async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
         outcome: TaskOutcome::Succeeded { output: None },
     };
     // The per-run SQL paths leave broadcast runs to the per-instance path.
-    assert_eq!(store.record_ack(&ack("a")).await.unwrap(), ReplyEffect::Broadcast);
+    assert_eq!(
+        store.record_ack(&ack("a")).await.unwrap(),
+        ReplyEffect::Broadcast
+    );
     assert_eq!(
         store.record_result(&done("a")).await.unwrap(),
         (ReplyEffect::Broadcast, None)
     );
     let at = sent + Duration::milliseconds(30);
-    for reply in [Reply::Ack(ack("a")), Reply::Ack(ack("b")), Reply::Result(done("a"))] {
+    for reply in [
+        Reply::Ack(ack("a")),
+        Reply::Ack(ack("b")),
+        Reply::Result(done("a")),
+    ] {
         assert_eq!(
             store.record_broadcast_reply(&reply, at).await.unwrap(),
             (ReplyEffect::Applied, None)
         );
     }
     assert_eq!(
-        store.record_broadcast_reply(&Reply::Ack(ack("a")), at).await.unwrap(),
+        store
+            .record_broadcast_reply(&Reply::Ack(ack("a")), at)
+            .await
+            .unwrap(),
         (ReplyEffect::Stale, None)
     );
     // b finishes while the ack window (30 s) is still open: not decided yet.
     assert_eq!(
-        store.record_broadcast_reply(&Reply::Result(done("b")), at).await.unwrap(),
+        store
+            .record_broadcast_reply(&Reply::Result(done("b")), at)
+            .await
+            .unwrap(),
         (ReplyEffect::Applied, None)
     );
     assert!(store.settle_broadcast(id, at).await.unwrap().is_none());

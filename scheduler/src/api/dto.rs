@@ -856,7 +856,8 @@ mod tests {
             run_in(RunState::Succeeded, 0).item(DeliveryMode::Zone, 1, 2, Some("dc2".into()));
         zone.consumer = Some("web-1".into());
         let json =
-            serde_json::to_value(RunResponse::from(&zone).with_fire(&[zone.clone()])).unwrap();
+            serde_json::to_value(RunResponse::from(&zone).with_fire(std::slice::from_ref(&zone)))
+                .unwrap();
         assert_eq!(
             (&json["mode"], &json["zone"]),
             (&json!("zone"), &json!("dc2"))

@@ -590,7 +590,7 @@ mod job_and_run_tests {
         assert!(text.contains("running (2 items)"), "{text}");
 
         let single = item(DeliveryMode::Group, 0, 1, None);
-        let text = run_detail(&RunResponse::from(&single).with_fire(&[single.clone()]));
+        let text = run_detail(&RunResponse::from(&single).with_fire(std::slice::from_ref(&single)));
         assert!(
             !text.contains("items of this fire") && !text.contains("fire "),
             "{text}"

@@ -82,7 +82,12 @@ fn open(run: &Run) -> bool {
 }
 
 /// Applies instance `ack.consumer`'s ack of the current attempt. False if stale.
-pub fn apply_ack(run: &mut Run, settings: &JobSettings, ack: &AckMessage, now: DateTime<Utc>) -> bool {
+pub fn apply_ack(
+    run: &mut Run,
+    settings: &JobSettings,
+    ack: &AckMessage,
+    now: DateTime<Utc>,
+) -> bool {
     if !open(run) || ack.attempt != run.attempt {
         return false;
     }
@@ -115,7 +120,12 @@ pub fn apply_ack(run: &mut Run, settings: &JobSettings, ack: &AckMessage, now: D
 }
 
 /// Applies a heartbeat from a running instance. False if stale.
-pub fn apply_heartbeat(run: &mut Run, settings: &JobSettings, beat: &HeartbeatMessage, now: DateTime<Utc>) -> bool {
+pub fn apply_heartbeat(
+    run: &mut Run,
+    settings: &JobSettings,
+    beat: &HeartbeatMessage,
+    now: DateTime<Utc>,
+) -> bool {
     if !open(run) || beat.attempt != run.attempt {
         return false;
     }
@@ -187,7 +197,12 @@ pub fn apply_result(
 /// Decides the run at `now` (see the module docs): marks silent instances lost, and
 /// either sets when to look again or finishes the attempt. `unit` is a random number in
 /// `[0, 1)` for the retry jitter. Returns the run's state when it changed.
-pub fn settle(run: &mut Run, settings: &JobSettings, now: DateTime<Utc>, unit: f64) -> Option<RunState> {
+pub fn settle(
+    run: &mut Run,
+    settings: &JobSettings,
+    now: DateTime<Utc>,
+    unit: f64,
+) -> Option<RunState> {
     if !matches!(run.state, RunState::Dispatched | RunState::Acked) {
         return None;
     }
@@ -328,8 +343,8 @@ fn chrono_duration(d: std::time::Duration) -> chrono::Duration {
 mod tests {
     use super::*;
     use crate::domain::{
-        DeliveryMode, RunTrigger, Target, duration::HumanDuration,
-        misfire::MisfirePolicy, schedule::Schedule, OverlapPolicy,
+        DeliveryMode, OverlapPolicy, RunTrigger, Target, duration::HumanDuration,
+        misfire::MisfirePolicy, schedule::Schedule,
     };
     use chrono::Duration;
     use std::time::Duration as Std;
@@ -362,8 +377,14 @@ mod tests {
     }
 
     fn dispatched() -> Run {
-        let mut run = Run::new(Uuid::from_u128(1), t0(), RunTrigger::Schedule, Value::Null, t0())
-            .item(DeliveryMode::Broadcast, 0, 1, None);
+        let mut run = Run::new(
+            Uuid::from_u128(1),
+            t0(),
+            RunTrigger::Schedule,
+            Value::Null,
+            t0(),
+        )
+        .item(DeliveryMode::Broadcast, 0, 1, None);
         run.ack_timeout = Std::from_secs(2);
         run.run_timeout = Std::from_secs(10);
         run.state = RunState::Dispatched;
@@ -411,9 +432,24 @@ mod tests {
         let at = t0() + Duration::milliseconds(100);
         assert!(apply_ack(&mut run, &s, &ack("a", at), at));
         assert!(apply_ack(&mut run, &s, &ack("b", at), at));
-        assert!(!apply_ack(&mut run, &s, &ack("a", at), at), "a second ack is stale");
-        assert!(apply_result(&mut run, &s, &result("a", true, false, at), at, 0.5));
-        assert!(apply_result(&mut run, &s, &result("b", true, false, at), at, 0.5));
+        assert!(
+            !apply_ack(&mut run, &s, &ack("a", at), at),
+            "a second ack is stale"
+        );
+        assert!(apply_result(
+            &mut run,
+            &s,
+            &result("a", true, false, at),
+            at,
+            0.5
+        ));
+        assert!(apply_result(
+            &mut run,
+            &s,
+            &result("b", true, false, at),
+            at,
+            0.5
+        ));
         // Both finished, but others may still ack within the window.
         assert_eq!(run.state, RunState::Acked);
         assert_eq!(run.due_at, Some(t0() + Duration::seconds(2)));
@@ -450,7 +486,12 @@ mod tests {
         assert_eq!(settle(&mut run, &s, silent, 0.0), Some(RunState::Failed));
         let b = run.instances.iter().find(|r| r.instance == "b").unwrap();
         assert_eq!(b.state, ReceiptState::Lost);
-        assert!(run.error.as_deref().unwrap().contains("1 of 2 instances failed: b"));
+        assert!(
+            run.error
+                .as_deref()
+                .unwrap()
+                .contains("1 of 2 instances failed: b")
+        );
         assert!(run.due_at.unwrap() > silent);
         assert_eq!(run.history.len(), 1);
     }
@@ -478,7 +519,12 @@ mod tests {
             settle(&mut run, &s, t0() + Duration::seconds(2), 0.5),
             Some(RunState::Dead)
         );
-        assert!(run.error.as_deref().unwrap().starts_with("permanent failure"));
+        assert!(
+            run.error
+                .as_deref()
+                .unwrap()
+                .starts_with("permanent failure")
+        );
         assert!(run.due_at.is_some(), "its dead letter is pending");
 
         let s = settings(1);
@@ -499,7 +545,13 @@ mod tests {
         old.attempt = 2;
         assert!(!apply_ack(&mut run, &s, &old, at));
         run.state = RunState::Succeeded;
-        assert!(!apply_result(&mut run, &s, &result("a", true, false, at), at, 0.5));
+        assert!(!apply_result(
+            &mut run,
+            &s,
+            &result("a", true, false, at),
+            at,
+            0.5
+        ));
         assert!(run.instances.is_empty());
     }
 }

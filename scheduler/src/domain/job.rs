@@ -619,7 +619,11 @@ mod tests {
         let early = job.fires_due(t0 + Duration::seconds(29), grace, &LiveZones::default());
         assert!(early.runs.is_empty());
         assert_eq!(early.next_fire_at, job.next_fire_at);
-        let due = job.fires_due(t0 + Duration::milliseconds(30_002), grace, &LiveZones::default());
+        let due = job.fires_due(
+            t0 + Duration::milliseconds(30_002),
+            grace,
+            &LiveZones::default(),
+        );
         assert_eq!(due.runs.len(), 1);
         assert_eq!(due.runs[0].fire_time, t0 + Duration::seconds(30));
         assert_eq!(due.next_fire_at, Some(t0 + Duration::seconds(60)));

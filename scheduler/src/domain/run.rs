@@ -214,7 +214,13 @@ impl Run {
 
     /// This run as item `shard` of `total` (for `zone` mode: the item of `zone`) of a
     /// job delivered in `mode`, with the item's own id (see [`item_run_id`]).
-    pub fn item(mut self, mode: DeliveryMode, shard: u32, total: u32, zone: Option<String>) -> Self {
+    pub fn item(
+        mut self,
+        mode: DeliveryMode,
+        shard: u32,
+        total: u32,
+        zone: Option<String>,
+    ) -> Self {
         self.id = item_run_id(
             self.job_id,
             self.fire_time,

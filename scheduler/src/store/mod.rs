@@ -32,8 +32,7 @@ use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, HeartbeatMessage, PresenceMessage, Reply, ResultMessage,
-    TaskMessage,
+    AckMessage, AttemptRecord, HeartbeatMessage, PresenceMessage, Reply, ResultMessage, TaskMessage,
 };
 
 use crate::cluster::DEFAULT_SHARD_COUNT;

@@ -26,7 +26,9 @@ use super::{
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::retry::ResultVerdict;
-use crate::domain::{Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger};
+use crate::domain::{
+    Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger,
+};
 
 /// The reconciler's filter: `due_at` past (`?1`; `scheduled` runs: past `?2`), jobs of
 /// the shards in `?3` (JSON array or NULL), most overdue first, at most `?4`.
@@ -898,8 +900,8 @@ impl Store for SqliteStore {
         else {
             return Ok(None);
         };
-        let settings: JobSettings =
-            serde_json::from_str(&settings).map_err(|e| corrupt(format!("job {}", run.job_id), e))?;
+        let settings: JobSettings = serde_json::from_str(&settings)
+            .map_err(|e| corrupt(format!("job {}", run.job_id), e))?;
         if !change(&mut run, &settings) {
             return Ok(Some((false, run)));
         }
@@ -956,7 +958,11 @@ impl Store for SqliteStore {
         Self::live_zones_in(&self.pool, since).await
     }
 
-    async fn fire_items(&self, job_id: Uuid, fire_time: DateTime<Utc>) -> Result<Vec<Run>, StoreError> {
+    async fn fire_items(
+        &self,
+        job_id: Uuid,
+        fire_time: DateTime<Utc>,
+    ) -> Result<Vec<Run>, StoreError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),

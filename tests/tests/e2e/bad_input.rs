@@ -118,16 +118,64 @@ async fn every_bad_request_is_a_clear_4xx_and_changes_nothing() {
             Some("target"),
         ),
         (
-            job(json!({"target": {"group": "g", "mode": "broadcast"}})),
-            bad,
-            "unsupported",
-            Some("target.mode"),
-        ),
-        (
             job(json!({"target": {"group": "g", "mode": "carrier-pigeon"}})),
             bad,
             "invalid_field",
             Some("target.mode"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "sharded", "shards": 0}})),
+            bad,
+            "invalid_field",
+            Some("target.shards"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "sharded", "shards": 1025}})),
+            bad,
+            "invalid_field",
+            Some("target.shards"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "sharded"}})),
+            bad,
+            "invalid_field",
+            Some("target.shards"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "group", "shards": 4}})),
+            bad,
+            "invalid_field",
+            Some("target.shards"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "zone", "zones": []}})),
+            bad,
+            "invalid_field",
+            Some("target.zones"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "zone", "zones": ["dc1", "dc1"]}})),
+            bad,
+            "invalid_field",
+            Some("target.zones"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "zone", "zones": ["dc 1"]}})),
+            bad,
+            "invalid_field",
+            Some("target.zones"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "broadcast", "zones": ["dc1"]}})),
+            bad,
+            "invalid_field",
+            Some("target.zones"),
+        ),
+        (
+            job(json!({"target": {"group": "g", "mode": "zone", "zone": "dc1"}})),
+            bad,
+            "invalid_field",
+            Some("target.zone"),
         ),
         (
             job(json!({"misfire": "later"})),
@@ -188,6 +236,30 @@ async fn every_bad_request_is_a_clear_4xx_and_changes_nothing() {
         1,
         "no bad request created a job"
     );
+
+    // A zone job without its own zone list runs where consumers are live: with none, a
+    // manual trigger has nothing to fire.
+    let nowhere = api
+        .create_job(job(
+            json!({"name": "nowhere", "target": {"group": "g", "mode": "zone"}}),
+        ))
+        .await;
+    let nowhere_id = nowhere["id"].as_str().unwrap();
+    let (status, answer) = api
+        .call(
+            Method::POST,
+            &format!("/v1/jobs/{nowhere_id}/trigger"),
+            None,
+        )
+        .await;
+    assert_error(
+        status,
+        &answer,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        None,
+    );
+    assert!(api.runs(nowhere_id).await.is_empty(), "no run was recorded");
 
     // Changes: wrong version, invalid values, unknown jobs.
     let path = format!("/v1/jobs/{id}");

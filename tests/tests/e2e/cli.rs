@@ -89,6 +89,75 @@ async fn chimectl_manages_jobs_and_reports_errors() {
 
     assert_eq!(runs["items"][0]["fired_by"], job_node(&server).await);
 
+    // Delivery modes: flags into the target, shown in tables; a fire of several items
+    // lists them.
+    let sharded = run(vec![
+        "job",
+        "add",
+        "--app",
+        "shop",
+        "--name",
+        "statements",
+        "--every",
+        "1h",
+        "--group",
+        "billing",
+        "--mode",
+        "sharded",
+        "--shards",
+        "3",
+    ])
+    .await
+    .unwrap();
+    assert!(
+        sharded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sharded.stderr)
+    );
+    let zoned = run(vec![
+        "job", "add", "--app", "shop", "--name", "caches", "--every", "1h", "--group", "web",
+        "--mode", "zone", "--zones", "dc1,dc2",
+    ])
+    .await
+    .unwrap();
+    assert!(
+        zoned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&zoned.stderr)
+    );
+    let listed = stdout(&run(vec!["job", "ls", "--app", "shop"]).await.unwrap());
+    assert!(
+        listed.contains("MODE")
+            && listed.contains("sharded(3)")
+            && listed.contains("zone(dc1,dc2)"),
+        "{listed}"
+    );
+    let bad_mode = run(vec![
+        "job", "add", "--name", "y", "--every", "1h", "--group", "g", "--mode", "sharded",
+    ])
+    .await
+    .unwrap();
+    assert_eq!(bad_mode.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad_mode.stderr).contains("target.shards"));
+    let fired = run(vec!["--json", "job", "trigger", "shop/statements"])
+        .await
+        .unwrap();
+    let fired: Value = serde_json::from_str(&stdout(&fired)).expect("--json prints JSON");
+    assert_eq!(fired["mode"], "sharded");
+    assert_eq!(fired["items"].as_array().map(Vec::len), Some(3), "{fired}");
+    let second = fired["items"][1]["id"].as_str().unwrap().to_string();
+    let shown = tokio::task::spawn_blocking({
+        let server = server.clone();
+        move || chimectl(&server, &["run", "get", &second])
+    })
+    .await
+    .unwrap();
+    let shown = stdout(&shown);
+    assert!(
+        shown.contains("1/3") && shown.contains("items of this fire") && shown.contains("1 *"),
+        "{shown}"
+    );
+
     // A single SQLite node holds every shard.
     let cluster = run(vec!["cluster"]).await.unwrap();
     let table = stdout(&cluster);

@@ -12,4 +12,5 @@ mod dlq_cli;
 mod duplicates;
 mod outage;
 mod restart;
+mod routing;
 mod support;

@@ -27,9 +27,11 @@ use super::{
     result_verdict, with_jobs,
 };
 use crate::cluster::shard_of;
-use crate::domain::retry::ResultVerdict;
-use crate::domain::{Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger};
 use crate::domain::broadcast::InstanceReceipt;
+use crate::domain::retry::ResultVerdict;
+use crate::domain::{
+    Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger,
+};
 
 /// A shard list as a PostgreSQL `int[]`; `None` means every shard.
 fn shard_array(shards: Option<&[u32]>) -> Option<Vec<i32>> {
