@@ -112,8 +112,22 @@ impl Dispatcher {
         let batch = &*batch;
         let mut confirms = Vec::with_capacity(batch.len());
         let mut copies = Vec::with_capacity(batch.len());
+        let mut sent = Vec::with_capacity(batch.len());
+        let leases = self.ownership.current();
         for outgoing in batch {
             let task = &outgoing.task;
+            // Checked again per task, right before it goes out: a node frozen in the
+            // middle of a batch must not wake up and publish for shards it lost.
+            if outgoing.fenced
+                && !leases.trusts(
+                    self.ownership.shard_of(task.job_id),
+                    std::time::Instant::now(),
+                )
+            {
+                metrics::counter!(telemetry::DISPATCH_UNOWNED).increment(1);
+                continue;
+            }
+            sent.push(outgoing);
             let body = task.to_vec();
             let properties = BasicProperties::default()
                 .with_content_type("application/json".into())
@@ -179,7 +193,7 @@ impl Dispatcher {
 
         let mut confirmed = Vec::with_capacity(batch.len());
         let mut broken: Option<Broken> = None;
-        for (outgoing, outcome) in batch.iter().zip(outcomes) {
+        for (outgoing, outcome) in sent.into_iter().zip(outcomes) {
             let task = &outgoing.task;
             match outcome {
                 Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => {

@@ -78,6 +78,7 @@ fn report(event: &str, ctx: &TaskContext) {
         "payload": ctx.payload(),
         "publisher": ctx.publisher(),
         "at_ms": chrono::Utc::now().timestamp_millis(),
+        "published_at_ms": ctx.task().published_at.timestamp_millis(),
     });
     println!("{line}");
 }

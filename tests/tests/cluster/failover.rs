@@ -100,8 +100,10 @@ async fn a_frozen_node_publishes_nothing_for_shards_it_lost() {
     };
     let mut after_waking = 0;
     for event in started {
+        // When the frozen node stamped the publish (not when the consumer, maybe slowed
+        // by the load, got to it).
         if event["publisher"] != frozen.as_str()
-            || event["at_ms"].as_i64().unwrap() < stopped_ms + 500
+            || event["published_at_ms"].as_i64().unwrap() < stopped_ms + 500
         {
             continue;
         }
