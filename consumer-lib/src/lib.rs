@@ -8,9 +8,10 @@
 //! handler registered for the task's job name, publishes the result and then acknowledges
 //! the delivery. Delivery is at least once; every task carries an idempotency key
 //! ([`TaskContext::idempotency_key`]) and a duplicate delivery replays the recorded outcome
-//! from the [`idempotency`] store instead of running the handler again. While connected,
-//! every instance announces itself every few seconds with a presence message (its group,
-//! zone and whether it takes broadcasts).
+//! from the [`idempotency`] store instead of running the handler again (the shared
+//! PostgreSQL store keeps outcomes for 7 days by default). While connected, every instance
+//! announces itself every few seconds with a presence message (its group, zone and whether
+//! it takes broadcasts).
 //!
 //! ```no_run
 //! use chime_consumer::{Consumer, HandlerError, HandlerResult, TaskContext};

@@ -70,6 +70,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "how often the reconciler looks for overdue runs (ack and run timeouts, retries due, dead letters to publish)",
     },
     Setting {
+        key: "run_retention",
+        env: "CHIME_RUN_RETENTION",
+        default: "7d",
+        doc: "finished runs (succeeded, or dead with the dead letter published) older than this are deleted in small batches; 0s keeps them forever, otherwise at least 1h",
+    },
+    Setting {
         key: "node_name",
         env: "CHIME_NODE_NAME",
         default: "",
@@ -147,6 +153,9 @@ pub struct Config {
     pub republish_after: Duration,
     /// How often the reconciler looks for overdue runs. Default 1 s.
     pub reconcile_interval: Duration,
+    /// Age (since `finished_at`) past which finished runs are deleted. Default 7 days;
+    /// `None` (written `0s`) keeps them forever.
+    pub run_retention: Option<Duration>,
     /// Shutdown's wait for in-flight publishes. Default 10 s.
     pub shutdown_timeout: Duration,
     /// Node name; empty means the host name.
@@ -319,6 +328,7 @@ impl Layers {
             misfire_grace: parse("misfire_grace").duration()?,
             republish_after: parse("republish_after").duration()?,
             reconcile_interval: parse("reconcile_interval").duration()?,
+            run_retention: Some(parse("run_retention").duration()?).filter(|age| !age.is_zero()),
             shutdown_timeout: parse("shutdown_timeout").duration()?,
             node_name: parse("node_name").text(),
             shard_count: parse("shard_count").with(|v| {
@@ -355,6 +365,12 @@ impl Layers {
             (Duration::from_millis(100)..=Duration::from_secs(60))
                 .contains(&config.reconcile_interval),
             "use 100ms to 60s",
+        )?;
+        parse("run_retention").check(
+            config
+                .run_retention
+                .is_none_or(|age| age >= Duration::from_secs(3600)),
+            "use 0s (keep forever) or at least 1h",
         )?;
         let cluster = config.cluster;
         parse("lease_ttl").check(
@@ -462,6 +478,29 @@ mod tests {
         assert_eq!(config.misfire_grace, Duration::from_secs(5));
         assert_eq!(config.shard_count, 256);
         assert_eq!(config.cluster, ClusterSettings::default());
+        assert_eq!(
+            config.run_retention,
+            Some(Duration::from_secs(7 * 24 * 3600))
+        );
+    }
+
+    #[test]
+    fn run_retention_is_off_or_at_least_an_hour() {
+        let with = |value: &'static str| {
+            Layers::new()
+                .env(move |var| (var == "CHIME_RUN_RETENTION").then(|| value.to_string()))
+                .build()
+        };
+        assert_eq!(with("0s").unwrap().run_retention, None);
+        assert_eq!(
+            with("30d").unwrap().run_retention,
+            Some(Duration::from_secs(30 * 24 * 3600))
+        );
+        let err = with("10m").unwrap_err().to_string();
+        assert!(
+            err.contains("use 0s (keep forever) or at least 1h"),
+            "{err}"
+        );
     }
 
     #[test]

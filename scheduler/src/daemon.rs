@@ -1,7 +1,7 @@
 //! `chimed` assembled: opens the store, joins the cluster (PostgreSQL) or locks the file
-//! (SQLite), starts the dispatcher, timer, reconciler, result collector and HTTP API, and
-//! stops them in order on shutdown — stop taking work, stop firing, publish and confirm
-//! what was already recorded, hand the shards back, then close.
+//! (SQLite), starts the dispatcher, timer, reconciler, pruner, result collector and HTTP
+//! API, and stops them in order on shutdown — stop taking work, stop firing, publish and
+//! confirm what was already recorded, hand the shards back, then close.
 
 use std::{future::Future, sync::Arc};
 
@@ -22,6 +22,7 @@ use crate::{
     dlq::{self, DeadLetters},
     reconcile::{ReconcileSettings, Reconciler},
     results::ResultCollector,
+    retention::{Pruner, RetentionSettings},
     store::{self, Backend},
     telemetry,
     timer::{Timer, TimerSettings},
@@ -81,6 +82,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             interval: config.reconcile_interval,
         },
     );
+    let pruner = Pruner::new(store.clone(), RetentionSettings::new(config.run_retention));
     let collector = ResultCollector::new(store.clone(), &config.amqp_url);
     let dead_letters = Arc::new(DeadLetters::new(
         store.clone(),
@@ -168,6 +170,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         &intake,
         &fatal,
     );
+    // Every node prunes: the batches are small and skip rows another node is deleting.
+    let pruner = supervise("pruner", pruner.run(intake.clone()), &intake, &fatal);
     let http_stop = intake.clone();
     let http = supervise(
         "http server",
@@ -189,7 +193,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         () = fatal.cancelled() => error!("a core task stopped; shutting down"),
     }
     intake.cancel();
-    let _ = tokio::join!(timer, reconciler, notices, sampler, http);
+    let _ = tokio::join!(timer, reconciler, pruner, notices, sampler, http);
     info!("confirming in-flight publishes");
     drain.cancel();
     let _ = dispatcher.await;

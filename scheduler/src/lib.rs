@@ -12,6 +12,7 @@ pub mod dlq;
 pub mod domain;
 pub mod reconcile;
 pub mod results;
+pub mod retention;
 pub mod store;
 pub mod telemetry;
 pub mod timer;

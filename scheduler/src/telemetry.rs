@@ -87,6 +87,10 @@ pub const FAILOVER_GAP: &str = "chime_failover_gap_seconds";
 pub const SHARDS_OWNED: &str = "chime_shards_owned";
 /// Live nodes in the cluster, as this node sees them.
 pub const CLUSTER_LIVE_NODES: &str = "chime_cluster_live_nodes";
+/// Finished runs deleted by retention (older than `run_retention`).
+pub const RUNS_PRUNED: &str = "chime_runs_pruned_total";
+/// Consumer instances deleted by retention (not heard from for a day).
+pub const CONSUMERS_PRUNED: &str = "chime_consumers_pruned_total";
 
 /// Installs the global `tracing` subscriber. Later calls do nothing.
 pub fn init_tracing(format: LogFormat, filter: &str) {
@@ -214,4 +218,12 @@ fn describe() {
     );
     describe_gauge!(SHARDS_OWNED, "Shards held by this node.");
     describe_gauge!(CLUSTER_LIVE_NODES, "Live nodes seen by this node.");
+    describe_counter!(
+        RUNS_PRUNED,
+        "Finished runs deleted by retention (older than run_retention)."
+    );
+    describe_counter!(
+        CONSUMERS_PRUNED,
+        "Consumer instances deleted by retention (not heard from for a day)."
+    );
 }

@@ -6,6 +6,8 @@
 //! - `PgIdempotencyStore` (feature `postgres`): shared by every instance. Its
 //!   transactional handler form records the key in the same transaction as the handler's
 //!   own writes, so those writes happen exactly once.
+//!   It keeps outcomes for 7 days (`PgIdempotencyStore::retention`) and prunes older ones
+//!   in the background, in batches, at most every 10 minutes.
 
 mod memory;
 #[cfg(feature = "postgres")]

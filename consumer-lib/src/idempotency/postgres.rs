@@ -1,9 +1,20 @@
 //! The PostgreSQL idempotency store, shared by every instance of a group, and the
 //! transactional handler form that makes a handler's own database writes exactly-once.
+//! Outcomes older than a retention (default 7 days) are pruned in the background; see
+//! [`PgIdempotencyStore`].
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Row};
+use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::{IdempotencyError, IdempotencyStore, RecordedOutcome};
@@ -12,11 +23,53 @@ use crate::handler::{BoxFuture, HandlerResult, TaskContext, catch_panic, outcome
 /// Advisory lock key guarding creation of the idempotency table ("chimeidem").
 const SCHEMA_LOCK: i64 = 0x6368_696d_6569_6465;
 
+/// How long outcomes are kept after they finished unless [`PgIdempotencyStore::retention`]
+/// says otherwise.
+const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most outcomes one prune statement deletes.
+const PRUNE_BATCH: u32 = 1000;
+/// A write starts a prune at most this often per store.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
+
 /// Outcomes kept in table `chime_idempotency` of a PostgreSQL database the application
-/// already owns. [`PgIdempotencyStore::new`] creates the table if it is missing.
+/// already owns. [`PgIdempotencyStore::new`] creates the table (and an index on
+/// `finished_at`) if it is missing.
+///
+/// Retention: outcomes are kept for 7 days after they finished, then deleted; set it with
+/// [`PgIdempotencyStore::retention`] (`Duration::ZERO` keeps them forever). Pruning adds
+/// nothing to a write's latency: at most once every 10 minutes per store (clones share
+/// the clock) a write starts a background task that deletes the outcomes past the
+/// retention, 1000 rows per statement, oldest first through the index, until a batch
+/// comes back short. Instances pruning at the same time skip each other's rows
+/// (`FOR UPDATE SKIP LOCKED`). [`PgIdempotencyStore::prune`] runs one pass on demand.
+///
+/// A duplicate delivered after its key's outcome was deleted runs the handler again, so
+/// keep the retention longer than duplicates can arrive: the scheduler re-publishes a run
+/// for at most `max_attempts` × (its timeouts and backoff), and replays a dead letter only
+/// while it still keeps the run (its `run_retention`, also 7 days by default).
 #[derive(Debug, Clone)]
 pub struct PgIdempotencyStore {
     pool: PgPool,
+    retention: Option<Duration>,
+    prune_clock: Arc<PruneClock>,
+}
+
+/// When a write last started a prune (unix milliseconds; 0: never), shared by clones.
+#[derive(Debug, Default)]
+struct PruneClock(AtomicI64);
+
+impl PruneClock {
+    /// Whether a prune is due at `now` (none started within `interval`); if so, notes
+    /// `now` as its start so concurrent writers start one prune, not several.
+    fn claim(&self, now: DateTime<Utc>, interval: Duration) -> bool {
+        let now = now.timestamp_millis();
+        let last = self.0.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= interval.as_millis() as i64
+            && self
+                .0
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
 }
 
 /// A handler that runs inside the transaction that records its idempotency key. Build one
@@ -96,13 +149,81 @@ impl PgIdempotencyStore {
         )
         .execute(&mut *tx)
         .await?;
+        // Pruning reads oldest first through this index. On a large table created by an
+        // earlier version, building it blocks writes once; create it beforehand with
+        // CREATE INDEX CONCURRENTLY to avoid that.
+        sqlx::query(
+            "CREATE INDEX IF NOT EXISTS chime_idempotency_finished
+                 ON chime_idempotency (finished_at)",
+        )
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            retention: Some(DEFAULT_RETENTION),
+            prune_clock: Arc::default(),
+        })
+    }
+
+    /// Keeps outcomes for `retention` after they finished (default 7 days);
+    /// `Duration::ZERO` keeps them forever.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention).filter(|age| !age.is_zero());
+        self
     }
 
     /// The pool this store writes to.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Deletes the outcomes that finished more than the retention before `now`, at most
+    /// 1000 per statement, oldest first, until none is left (or another instance is
+    /// deleting the rest); returns how many it deleted. Writes start it in the background
+    /// at most every 10 minutes.
+    pub async fn prune(&self, now: DateTime<Utc>) -> Result<u64, IdempotencyError> {
+        let Some(cutoff) = self
+            .retention
+            .and_then(|age| chrono::Duration::from_std(age).ok())
+            .and_then(|age| now.checked_sub_signed(age))
+        else {
+            return Ok(0);
+        };
+        let mut total = 0;
+        loop {
+            let deleted = sqlx::query(
+                "DELETE FROM chime_idempotency WHERE key IN (
+                     SELECT key FROM chime_idempotency WHERE finished_at < $1
+                     ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            )
+            .bind(cutoff)
+            .bind(i64::from(PRUNE_BATCH))
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            total += deleted;
+            if deleted < u64::from(PRUNE_BATCH) {
+                return Ok(total);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// After a write: starts a background prune if one is due.
+    fn prune_if_due(&self) {
+        let now = Utc::now();
+        if self.retention.is_none() || !self.prune_clock.claim(now, PRUNE_INTERVAL) {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            match store.prune(now).await {
+                Ok(0) => {}
+                Ok(pruned) => debug!(pruned, "pruned old idempotency outcomes"),
+                Err(error) => warn!(%error, "pruning idempotency outcomes failed; retrying later"),
+            }
+        });
     }
 
     /// Runs `handler` for `ctx` exactly once per idempotency key across every instance:
@@ -150,6 +271,7 @@ impl PgIdempotencyStore {
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
+            self.prune_if_due();
         } else {
             tx.rollback().await?;
         }
@@ -192,6 +314,23 @@ impl IdempotencyStore for PgIdempotencyStore {
         .bind(outcome.finished_at)
         .execute(&self.pool)
         .await?;
+        self.prune_if_due();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_prune_per_interval() {
+        let clock = PruneClock::default();
+        let start: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+        let interval = Duration::from_secs(600);
+        assert!(clock.claim(start, interval), "the first write prunes");
+        assert!(!clock.claim(start, interval));
+        assert!(!clock.claim(start + chrono::Duration::seconds(599), interval));
+        assert!(clock.claim(start + chrono::Duration::seconds(600), interval));
     }
 }

@@ -21,6 +21,15 @@ macro_rules! run_columns {
     };
 }
 
+/// The runs retention may delete (given a `finished_at` bound): `succeeded`, or `dead`
+/// with no dead letter pending. The same predicate as the `runs_finished` partial index
+/// (migration 0005), verbatim, so both backends read through it.
+macro_rules! finished_runs {
+    () => {
+        "state IN ('succeeded', 'dead') AND due_at IS NULL"
+    };
+}
+
 pub mod postgres;
 mod sqlite;
 pub mod testing;
@@ -440,6 +449,18 @@ pub trait Store: Send + Sync + 'static {
 
     /// The zones whose consumers sent a presence message since `since`, by group.
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError>;
+
+    /// Deletes at most `limit` finished runs — `succeeded`, or `dead` with the dead letter
+    /// no longer pending — that finished before `cutoff`, oldest first, in one short
+    /// transaction that reads through the `runs_finished` index. Returns how many; fewer
+    /// than `limit` means none is left (on PostgreSQL: none that another node is not
+    /// deleting at the same moment). Unfinished runs and dead runs whose dead letter is
+    /// pending are never deleted.
+    async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
+
+    /// Deletes at most `limit` consumer instances last heard from before `cutoff`, oldest
+    /// first, in one short transaction. Returns how many.
+    async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
 
     /// Every item (run) of job `job_id`'s fire at `fire_time`, by shard.
     async fn fire_items(

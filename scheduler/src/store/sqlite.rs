@@ -304,6 +304,25 @@ impl SqliteStore {
         Ok(ReplyEffect::not_applied(mode.as_deref()))
     }
 
+    /// Runs one retention `DELETE` (bound to a cutoff `?1` and a row limit `?2`) in its
+    /// own short write transaction; returns the rows deleted.
+    async fn delete_batch(
+        &self,
+        sql: &'static str,
+        cutoff: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let deleted = sqlx::query(sql)
+            .bind(ms(cutoff))
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
     async fn live_zones_in<'e, E: Executor<'e, Database = Sqlite>>(
         executor: E,
         since: DateTime<Utc>,
@@ -956,6 +975,29 @@ impl Store for SqliteStore {
 
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
         Self::live_zones_in(&self.pool, since).await
+    }
+
+    async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        self.delete_batch(
+            concat!(
+                "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE ",
+                finished_runs!(),
+                " AND finished_at < ?1 ORDER BY finished_at LIMIT ?2)"
+            ),
+            cutoff,
+            limit,
+        )
+        .await
+    }
+
+    async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        self.delete_batch(
+            "DELETE FROM consumers WHERE instance IN (SELECT instance FROM consumers
+                 WHERE last_seen < ?1 ORDER BY last_seen LIMIT ?2)",
+            cutoff,
+            limit,
+        )
+        .await
     }
 
     async fn fire_items(

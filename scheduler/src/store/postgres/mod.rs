@@ -76,6 +76,23 @@ impl PostgresStore {
         self.shard_count
     }
 
+    /// Runs one retention `DELETE` (bound to a cutoff `$1` and a row limit `$2`) as its
+    /// own statement. The rows it picks are locked `SKIP LOCKED`, so nodes pruning at the
+    /// same time take different rows instead of waiting on each other.
+    async fn delete_batch(
+        &self,
+        sql: &'static str,
+        cutoff: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        Ok(sqlx::query(sql)
+            .bind(cutoff)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
     /// Tells every node's timer that a job changed (delivered when the caller's statement
     /// has committed: each write here is its own transaction).
     async fn notify_job_changed(&self, id: Uuid) -> Result<(), StoreError> {
@@ -911,6 +928,29 @@ impl Store for PostgresStore {
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
         let mut conn = self.pool.acquire().await?;
         Self::live_zones_in(&mut conn, since).await
+    }
+
+    async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        self.delete_batch(
+            concat!(
+                "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE ",
+                finished_runs!(),
+                " AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            ),
+            cutoff,
+            limit,
+        )
+        .await
+    }
+
+    async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        self.delete_batch(
+            "DELETE FROM consumers WHERE instance IN (SELECT instance FROM consumers
+                 WHERE last_seen < $1 ORDER BY last_seen LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            cutoff,
+            limit,
+        )
+        .await
     }
 
     async fn fire_items(
