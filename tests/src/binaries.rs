@@ -18,11 +18,14 @@ pub fn workspace_root() -> PathBuf {
 /// The directory holding the binaries of the profile the tests were built with.
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test>-<hash>
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test executable under target/<profile>/deps")
-        .to_path_buf()
+    // target/<profile>/deps/<test>-<hash>, or target/<profile>/<bin> for the harness's
+    // own binaries (chime-bench).
+    let dir = exe.parent().expect("executable under target/<profile>");
+    if dir.file_name().is_some_and(|name| name == "deps") {
+        dir.parent().expect("target/<profile>/deps").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 fn ensure_built() -> &'static PathBuf {

@@ -175,6 +175,11 @@ impl Chimed {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
 }
 
 /// Sends `signal` (`TERM`, `KILL`, `STOP`, `CONT`) to a child process.

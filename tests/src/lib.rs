@@ -8,6 +8,7 @@
 //! Set `TEST_LOG=1` to see the processes' logs on the test's stderr instead of in files.
 
 pub mod api;
+pub mod bench;
 pub mod binaries;
 pub mod chimed;
 pub mod cluster;

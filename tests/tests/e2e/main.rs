@@ -4,6 +4,7 @@
 
 mod at_least_once;
 mod bad_input;
+mod bench;
 mod cli;
 mod crash;
 mod delivery;

@@ -1,0 +1,138 @@
+//! The ceiling: what the broker alone moves on this machine. A plain lapin publisher with
+//! publisher confirms (a window of [`IN_FLIGHT`] unconfirmed messages) and a plain lapin
+//! consumer (manual acks, prefetch [`PREFETCH`]) move `n` persistent messages of the
+//! task's size through a queue declared exactly like a Chime work queue, concurrently.
+
+use std::time::{Duration, Instant};
+
+use futures_util::{StreamExt, stream::FuturesUnordered};
+use lapin::{
+    BasicProperties, Connection, ConnectionProperties,
+    options::{
+        BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+        ConfirmSelectOptions,
+    },
+    types::FieldTable,
+};
+use serde::Serialize;
+
+use chime_consumer::protocol::topology;
+
+use super::{probe::PREFETCH, progress::Progress};
+
+/// Unconfirmed publishes the ceiling's publisher keeps in flight.
+pub const IN_FLIGHT: usize = 1000;
+
+/// What the broker alone achieved.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ceiling {
+    /// Messages moved.
+    pub n: usize,
+    /// Body size, bytes.
+    pub body_bytes: usize,
+    /// From the first publish to the last confirm, s.
+    pub publish_s: f64,
+    /// From the first publish to the last delivery, s.
+    pub consume_s: f64,
+}
+
+impl Ceiling {
+    /// Messages per second, end to end.
+    pub fn throughput(&self) -> f64 {
+        self.n as f64 / self.consume_s
+    }
+}
+
+/// Moves `n` messages of `body_bytes` through a fresh work queue in the vhost at `amqp_url`.
+pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Result<Ceiling> {
+    let progress = Progress::new(format!("ceiling n={n}"));
+    let group = format!("ceiling-{}", uuid::Uuid::now_v7().simple());
+    let queue = topology::group_queue(&group);
+    let publisher = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
+    let consumer_conn = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
+    let channel = publisher.create_channel().await?;
+    topology::declare_exchanges(&channel).await?;
+    topology::declare_group(&channel, &group).await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+
+    let consume_channel = consumer_conn.create_channel().await?;
+    consume_channel
+        .basic_qos(PREFETCH, BasicQosOptions::default())
+        .await?;
+    let mut deliveries = consume_channel
+        .basic_consume(
+            queue.as_str().into(),
+            "ceiling".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    let started = Instant::now();
+    let consuming = tokio::spawn(async move {
+        let mut seen = 0;
+        while seen < n {
+            let Some(delivery) = deliveries.next().await else {
+                anyhow::bail!("the ceiling consumer stopped after {seen} messages");
+            };
+            delivery?.ack(BasicAckOptions::default()).await?;
+            seen += 1;
+        }
+        Ok(started.elapsed())
+    });
+
+    let body = vec![b'x'; body_bytes];
+    let mut confirms = FuturesUnordered::new();
+    for i in 0..n {
+        if confirms.len() >= IN_FLIGHT {
+            confirm(confirms.next().await)?;
+        }
+        let properties = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2);
+        let pending = channel
+            .basic_publish(
+                topology::TASK_EXCHANGE.into(),
+                group.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                &body,
+                properties,
+            )
+            .await?;
+        confirms.push(pending);
+        progress.show(|| format!("published {i}/{n}"));
+    }
+    while let Some(outcome) = confirms.next().await {
+        confirm(Some(outcome))?;
+    }
+    let publish_s = started.elapsed().as_secs_f64();
+    let consume_s = tokio::time::timeout(Duration::from_secs(600), consuming)
+        .await
+        .map_err(|_| anyhow::anyhow!("the ceiling consumer took over 10 minutes"))???
+        .as_secs_f64();
+    let _ = consumer_conn.close(200, "done".into()).await;
+    channel
+        .queue_delete(queue.as_str().into(), Default::default())
+        .await?;
+    let _ = publisher.close(200, "done".into()).await;
+    progress.say(&format!(
+        "published in {publish_s:.2} s, consumed in {consume_s:.2} s"
+    ));
+    Ok(Ceiling {
+        n,
+        body_bytes,
+        publish_s,
+        consume_s,
+    })
+}
+
+fn confirm(outcome: Option<Result<lapin::Confirmation, lapin::Error>>) -> anyhow::Result<()> {
+    match outcome {
+        Some(Ok(lapin::Confirmation::Ack(None))) => Ok(()),
+        other => anyhow::bail!("the ceiling publish was not confirmed cleanly: {other:?}"),
+    }
+}

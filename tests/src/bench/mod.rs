@@ -1,0 +1,212 @@
+//! The benchmark harness behind `chime-bench`: real `chimed` processes on SQLite and
+//! PostgreSQL, a real `chime-consumer` with a no-op handler ([`probe`]), and in the same
+//! run the broker's own ceiling ([`ceiling`]) that every number is compared to.
+//!
+//! Workloads ([`workloads`]): W1 thundering herd, W2 steady rate, W3 a million idle jobs,
+//! W4 failover of a three-node cluster, W5 reconciling overdue runs beside a large
+//! history. Sizes come from a [`Scale`]: `smoke` (CI: proves the harness works, seconds),
+//! `default` (a few minutes) and `full` (the sizes in `docs/benchmarks.md`).
+//!
+//! Performance targets are reported as met or missed, never asserted; lost or duplicated
+//! fires are correctness failures and fail the run.
+
+pub mod ceiling;
+pub mod db;
+pub mod machine;
+pub mod probe;
+pub mod process;
+pub mod progress;
+pub mod report;
+pub mod stage;
+pub mod stats;
+pub mod workloads;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use ceiling::Ceiling;
+
+/// How big the workloads are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scale {
+    /// Tiny sizes: CI runs this so the harness never rots.
+    Smoke,
+    /// A few minutes.
+    Default,
+    /// The documented sizes.
+    Full,
+}
+
+impl Scale {
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scale::Smoke => "smoke",
+            Scale::Default => "default",
+            Scale::Full => "full",
+        }
+    }
+}
+
+/// A store backend chimed runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// PostgreSQL (a fresh database per workload).
+    Postgres,
+    /// SQLite (a fresh file per workload).
+    Sqlite,
+}
+
+impl Backend {
+    /// Its name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Postgres => "postgres",
+            Backend::Sqlite => "sqlite",
+        }
+    }
+
+    /// Parses `postgres`/`pg` or `sqlite`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "postgres" | "pg" => Some(Backend::Postgres),
+            "sqlite" => Some(Backend::Sqlite),
+            _ => None,
+        }
+    }
+}
+
+/// Ceilings measured so far in this run, by (messages, body size), so workloads of the
+/// same size share one measurement.
+#[derive(Debug, Default)]
+pub struct Ceilings {
+    measured: HashMap<(usize, usize), Ceiling>,
+}
+
+impl Ceilings {
+    /// The ceiling for `n` messages of `body_bytes`, measured now if not yet.
+    pub async fn get(&mut self, n: usize, body_bytes: usize) -> anyhow::Result<Ceiling> {
+        if let Some(c) = self.measured.get(&(n, body_bytes)) {
+            return Ok(*c);
+        }
+        let vhost = crate::TestVhost::new();
+        let c = ceiling::measure(&vhost.amqp_url(), n, body_bytes).await?;
+        self.measured.insert((n, body_bytes), c);
+        Ok(c)
+    }
+}
+
+/// Sizes of every workload at one scale.
+#[derive(Debug, Clone)]
+struct Sizes {
+    herd: Vec<usize>,
+    steady: Vec<(usize, u32)>,
+    idle: (usize, usize, u32),
+    failover: (usize, u32, u32),
+    reconcile: (usize, usize),
+    /// Messages of the reference ceiling that rates are compared with.
+    reference: usize,
+}
+
+impl Sizes {
+    fn of(scale: Scale) -> Self {
+        match scale {
+            Scale::Smoke => Self {
+                herd: vec![300],
+                steady: vec![(50, 3)],
+                idle: (2_000, 10, 3),
+                failover: (50, 3, 8),
+                reconcile: (200, 2_000),
+                reference: 1_000,
+            },
+            Scale::Default => Self {
+                herd: vec![10_000],
+                steady: vec![(1_000, 20)],
+                idle: (100_000, 100, 10),
+                failover: (1_000, 10, 15),
+                reconcile: (10_000, 100_000),
+                reference: 10_000,
+            },
+            Scale::Full => Self {
+                herd: vec![10_000, 100_000],
+                steady: vec![(1_000, 60), (10_000, 60)],
+                idle: (1_000_000, 100, 30),
+                failover: (1_000, 15, 30),
+                reconcile: (10_000, 1_000_000),
+                reference: 100_000,
+            },
+        }
+    }
+}
+
+/// Runs the workloads named in `only` (all when empty) at `scale`; W1–W3 on each of
+/// `backends`, W4 and W5 on PostgreSQL.
+pub async fn run_all(
+    scale: Scale,
+    backends: &[Backend],
+    only: &[String],
+) -> anyhow::Result<report::Report> {
+    let wanted = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
+    let sizes = Sizes::of(scale);
+    let postgres = std::env::var(chime_scheduler::store::testing::POSTGRES_URL_ENV)
+        .unwrap_or_else(|_| chime_scheduler::store::testing::DEFAULT_POSTGRES_URL.into());
+    let machine = machine::describe(&postgres).await;
+    eprintln!("[bench] {}", machine["summary"].as_str().unwrap_or("?"));
+    let mut ceilings = Ceilings::default();
+    let mut outcomes = Vec::new();
+    // The reference ceiling for rates, with a typical task body.
+    let reference = ceilings.get(sizes.reference, 400).await?;
+    let broker_rate = reference.throughput();
+    eprintln!("[bench] broker ceiling: {broker_rate:.0} messages/s");
+    for &backend in backends {
+        if wanted("W1") {
+            for &n in &sizes.herd {
+                let run = workloads::herd::run(backend, n, &mut ceilings).await;
+                outcomes.push(settle("W1", backend, run));
+            }
+        }
+        if wanted("W2") {
+            for &(m, secs) in &sizes.steady {
+                let run = workloads::steady::run(backend, m, secs, broker_rate).await;
+                outcomes.push(settle("W2", backend, run));
+            }
+        }
+        if wanted("W3") {
+            let (n, due, secs) = sizes.idle;
+            let run = workloads::idle::run(backend, n, due, secs).await;
+            outcomes.push(settle("W3", backend, run));
+        }
+    }
+    if wanted("W4") {
+        let (m, before, after) = sizes.failover;
+        let run = workloads::failover::run(m, before, after).await;
+        outcomes.push(settle("W4", Backend::Postgres, run));
+    }
+    if wanted("W5") {
+        let (overdue, finished) = sizes.reconcile;
+        let run = workloads::reconcile::run(overdue, finished, broker_rate).await;
+        outcomes.push(settle("W5", Backend::Postgres, run));
+    }
+    Ok(report::Report {
+        scale: scale.as_str().into(),
+        machine,
+        outcomes,
+    })
+}
+
+/// A workload's outcome, or one that records why it could not run (so the other
+/// workloads still report).
+fn settle(
+    workload: &'static str,
+    backend: Backend,
+    run: anyhow::Result<report::Outcome>,
+) -> report::Outcome {
+    run.unwrap_or_else(|error| {
+        eprintln!("[bench] {workload} {} failed: {error:#}", backend.as_str());
+        let mut outcome = report::Outcome::new(workload, backend.as_str(), serde_json::json!({}));
+        outcome.errors.push(format!("did not complete: {error:#}"));
+        outcome
+    })
+}

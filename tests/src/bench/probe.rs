@@ -1,0 +1,159 @@
+//! The measured consumer: a real `chime-consumer` with a no-op handler that records, for
+//! every task it runs, when the task was scheduled, published and received.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use chime_consumer::{Consumer, HandlerResult, TaskContext};
+use chrono::{DateTime, Utc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::progress::Progress;
+
+/// One handler run.
+#[derive(Debug, Clone, Copy)]
+pub struct Receipt {
+    /// The task (run) id.
+    pub task_id: Uuid,
+    /// Its job.
+    pub job_id: Uuid,
+    /// Its scheduled fire time.
+    pub fire_time: DateTime<Utc>,
+    /// When chimed stamped it for publishing.
+    pub published_at: DateTime<Utc>,
+    /// When the handler started.
+    pub received_at: DateTime<Utc>,
+    /// Its attempt.
+    pub attempt: u32,
+}
+
+impl Receipt {
+    /// publish − scheduled, ms.
+    pub fn publish_lateness_ms(&self) -> f64 {
+        ms_between(self.fire_time, self.published_at)
+    }
+
+    /// consume − scheduled, ms.
+    pub fn consume_lateness_ms(&self) -> f64 {
+        ms_between(self.fire_time, self.received_at)
+    }
+}
+
+/// `to − from` in milliseconds.
+pub fn ms_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    (to - from).num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0
+}
+
+/// A running measured consumer.
+pub struct Probe {
+    receipts: Arc<Mutex<Vec<Receipt>>>,
+    body_len: Arc<AtomicUsize>,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// Handler concurrency and prefetch of the measured consumer (the ceiling's consumer
+/// uses the same prefetch).
+pub const PREFETCH: u16 = 500;
+const CONCURRENCY: usize = 256;
+
+impl Probe {
+    /// Starts consuming `group` on `amqp_url` as instance `instance`.
+    pub fn start(amqp_url: &str, group: &str, instance: &str) -> Self {
+        let receipts = Arc::new(Mutex::new(Vec::new()));
+        let body_len = Arc::new(AtomicUsize::new(0));
+        let cancel = CancellationToken::new();
+        let handler = {
+            let receipts = receipts.clone();
+            let body_len = body_len.clone();
+            move |ctx: TaskContext| {
+                let receipt = Receipt {
+                    task_id: ctx.task_id(),
+                    job_id: ctx.job_id(),
+                    fire_time: ctx.fire_time(),
+                    published_at: ctx.task().published_at,
+                    received_at: Utc::now(),
+                    attempt: ctx.attempt(),
+                };
+                if body_len.load(Ordering::Relaxed) == 0 {
+                    body_len.store(ctx.task().to_vec().len(), Ordering::Relaxed);
+                }
+                receipts.lock().expect("receipts").push(receipt);
+                async { HandlerResult::Ok(None) }
+            }
+        };
+        let consumer = Consumer::builder(amqp_url, group)
+            .instance(instance)
+            .concurrency(CONCURRENCY)
+            .prefetch(PREFETCH)
+            .fallback_handler(handler)
+            .build()
+            .expect("a valid consumer");
+        let stop = cancel.clone();
+        let task = tokio::spawn(async move {
+            if let Err(error) = consumer.run_until(stop.cancelled_owned()).await {
+                tracing::error!(%error, "the measured consumer stopped");
+            }
+        });
+        Self {
+            receipts,
+            body_len,
+            cancel,
+            task,
+        }
+    }
+
+    /// Handler runs so far.
+    pub fn count(&self) -> usize {
+        self.receipts.lock().expect("receipts").len()
+    }
+
+    /// Every receipt so far.
+    pub fn receipts(&self) -> Vec<Receipt> {
+        self.receipts.lock().expect("receipts").clone()
+    }
+
+    /// Size of a task body as published (bytes), once one arrived.
+    pub fn body_len(&self) -> usize {
+        self.body_len.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `n` handler runs, showing progress; false on timeout.
+    pub async fn wait_for(&self, n: usize, timeout: Duration, progress: &Progress) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let count = self.count();
+            progress.show(|| format!("consumed {count}/{n}"));
+            if count >= n {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops consuming.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(20), self.task).await;
+    }
+}
+
+/// Handler runs per task id beyond the first (duplicates the consumer let through).
+pub fn duplicate_runs(receipts: &[Receipt]) -> usize {
+    let mut per_task: HashMap<Uuid, usize> = HashMap::new();
+    for r in receipts {
+        *per_task.entry(r.task_id).or_default() += 1;
+    }
+    per_task.values().map(|n| n - 1).sum()
+}

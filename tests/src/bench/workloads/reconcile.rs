@@ -1,0 +1,200 @@
+//! W5, reconcile: `overdue` runs dispatched and never acknowledged, beside `finished`
+//! finished runs. Measures how long the reconciler takes to publish them all again and
+//! how much of the `runs` table chimed reads doing it (PostgreSQL's table statistics), so
+//! the work can be seen to follow the overdue runs, not the history.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::bench::{
+    Backend,
+    probe::Probe,
+    progress::Progress,
+    report::Outcome,
+    stage::{GROUP, Stage},
+};
+
+use super::bench_job;
+
+const CLONE_CHUNK: i64 = 100_000;
+
+/// Runs W5 on PostgreSQL; `broker_rate` is the ceiling's throughput (messages/s).
+pub async fn run(overdue: usize, finished: usize, broker_rate: f64) -> anyhow::Result<Outcome> {
+    let mut outcome = Outcome::new(
+        "W5",
+        Backend::Postgres.as_str(),
+        json!({"overdue_runs": overdue, "finished_runs": finished}),
+    );
+    let progress = Progress::new(format!("W5 overdue={overdue}"));
+    let stage = Stage::new(Backend::Postgres, &[]).await?;
+    let template = finished_template(&stage).await?;
+    let pool = stage.db.postgres()?.clone();
+    clone_runs(&pool, template, finished, &progress, FINISHED).await?;
+    clone_runs(&pool, template, overdue, &progress, OVERDUE).await?;
+    sqlx::query("ANALYZE runs").execute(&pool).await?;
+    let before = table_stats(&pool).await?;
+
+    let probe = Probe::start(&stage.vhost.amqp_url(), GROUP, "probe");
+    let started = Instant::now();
+    let chimed = stage.start_chimed().await;
+    let ready_s = started.elapsed().as_secs_f64();
+    let all = probe
+        .wait_for(
+            overdue,
+            Duration::from_secs(120 + overdue as u64 / 100),
+            &progress,
+        )
+        .await;
+    let republished_s = started.elapsed().as_secs_f64();
+    let target = (finished + overdue + 1) as i64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while stage.db.succeeded_runs().await? < target && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let settled_s = started.elapsed().as_secs_f64();
+    let receipts = probe.receipts();
+    probe.stop().await;
+    chimed.stop().await;
+    let after = settled_stats(&pool).await?;
+
+    let republished = receipts.iter().filter(|r| r.attempt == 2).count();
+    outcome.metric("ready_s", ready_s);
+    outcome.metric("all_republished_s", republished_s);
+    outcome.metric("all_settled_s", settled_s);
+    outcome.metric(
+        "republish_rate_per_s",
+        overdue as f64 / (republished_s - ready_s),
+    );
+    outcome.metric(
+        "republish_rate_vs_ceiling",
+        overdue as f64 / (republished_s - ready_s) / broker_rate,
+    );
+    let delta = |key: &str| after[key].as_i64().unwrap_or(0) - before[key].as_i64().unwrap_or(0);
+    let rows_read = delta("seq_tup_read") + delta("idx_tup_fetch");
+    outcome.metric("runs_seq_scans", delta("seq_scan"));
+    outcome.metric("runs_rows_read", rows_read);
+    outcome.metric(
+        "runs_rows_read_per_overdue",
+        rows_read as f64 / overdue as f64,
+    );
+    outcome.metric("transactions", delta("xact_commit"));
+    outcome.require(
+        "overdue_runs_not_republished",
+        overdue.saturating_sub(republished),
+    );
+    if !all {
+        progress.say("not every overdue run was published again in time");
+    }
+    let history_share = rows_read as f64 / finished.max(1) as f64;
+    outcome.check(
+        "rows read follow overdue runs, not history",
+        format!(
+            "{:.1} rows per overdue run, {:.3} per finished run, {} seq scans",
+            rows_read as f64 / overdue as f64,
+            history_share,
+            delta("seq_scan")
+        ),
+        delta("seq_scan") == 0 && history_share < 0.5,
+    );
+    stage.db.close().await;
+    Ok(outcome)
+}
+
+/// One succeeded run to copy: a job fired once by hand and run by a probe.
+async fn finished_template(stage: &Stage) -> anyhow::Result<Uuid> {
+    let probe = Probe::start(&stage.vhost.amqp_url(), GROUP, "template");
+    let chimed = stage.start_chimed().await;
+    let mut job = bench_job("reconcile", json!({"every": "24h"}));
+    // A JSON null payload would not survive the row copy (it becomes SQL NULL).
+    job["payload"] = json!({"batch": "nightly"});
+    let job = chimed.api.create_job(job).await;
+    let job_id = job["id"].as_str().unwrap_or_default().to_string();
+    let run = chimed.api.trigger(&job_id).await;
+    let run_id = run["id"].as_str().unwrap_or_default().to_string();
+    chimed
+        .api
+        .wait_run(&run_id, "the template run to succeed", |r| {
+            r["state"] == "succeeded"
+        })
+        .await;
+    probe.stop().await;
+    chimed.stop().await;
+    Ok(run_id.parse()?)
+}
+
+/// Finished copies: succeeded a day ago.
+const FINISHED: &str = "jsonb_build_object('id', gen_random_uuid(),
+    'fire_time', r.fire_time - make_interval(secs => g),
+    'finished_at', now() - interval '1 day')";
+/// Overdue copies: dispatched an hour ago, never acknowledged.
+const OVERDUE: &str = "jsonb_build_object('id', gen_random_uuid(),
+    'fire_time', r.fire_time + make_interval(secs => g),
+    'state', 'dispatched', 'attempt', 1,
+    'dispatched_at', now() - interval '1 hour',
+    'due_at', now() - interval '1 hour' + make_interval(secs => r.ack_timeout_ms / 1000.0),
+    'acked_at', null, 'finished_at', null, 'consumer', null, 'output', null,
+    'error', null, 'history', '[]'::jsonb)";
+
+/// Inserts `count` copies of run `template` with the columns `changes` sets.
+async fn clone_runs(
+    pool: &PgPool,
+    template: Uuid,
+    count: usize,
+    progress: &Progress,
+    changes: &str,
+) -> anyhow::Result<()> {
+    let sql = format!(
+        "INSERT INTO runs SELECT (jsonb_populate_record(NULL::runs, to_jsonb(r) || {changes})).*
+         FROM runs r, generate_series($2::bigint, $3::bigint) g WHERE r.id = $1"
+    );
+    let count = count as i64;
+    for from in (1..=count).step_by(CLONE_CHUNK as usize) {
+        let to = (from + CLONE_CHUNK - 1).min(count);
+        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(template)
+            .bind(from)
+            .bind(to)
+            .execute(pool)
+            .await?;
+        progress.show(|| format!("inserted {to}/{count} runs"));
+    }
+    Ok(())
+}
+
+/// Reads of the `runs` table and commits of the database so far.
+async fn table_stats(pool: &PgPool) -> anyhow::Result<Value> {
+    let row = sqlx::query(
+        "SELECT coalesce(t.seq_scan, 0) AS seq_scan, coalesce(t.seq_tup_read, 0) AS seq_tup_read,
+                coalesce(t.idx_tup_fetch, 0) AS idx_tup_fetch, d.xact_commit
+         FROM pg_stat_user_tables t, pg_stat_database d
+         WHERE t.relname = 'runs' AND d.datname = current_database()",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(json!({
+        "seq_scan": row.try_get::<i64, _>("seq_scan")?,
+        "seq_tup_read": row.try_get::<i64, _>("seq_tup_read")?,
+        "idx_tup_fetch": row.try_get::<i64, _>("idx_tup_fetch")?,
+        "xact_commit": row.try_get::<i64, _>("xact_commit")?,
+    }))
+}
+
+/// [`table_stats`] once the statistics stopped moving (closed sessions flush theirs
+/// within a second or so).
+async fn settled_stats(pool: &PgPool) -> anyhow::Result<Value> {
+    let mut last = table_stats(pool).await?;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = table_stats(pool).await?;
+        if now["idx_tup_fetch"] == last["idx_tup_fetch"]
+            && now["seq_tup_read"] == last["seq_tup_read"]
+        {
+            return Ok(now);
+        }
+        last = now;
+    }
+    Ok(last)
+}

@@ -1,0 +1,97 @@
+//! W2, steady rate: `m` jobs each firing every second, their phases spread evenly over
+//! the second, for `secs` seconds after a warm-up. Measures fires expected, recorded and
+//! consumed, lateness, and chimed's CPU time and peak memory.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::json;
+
+use crate::bench::{
+    Backend,
+    probe::Probe,
+    process::ProcessSample,
+    progress::Progress,
+    report::Outcome,
+    stage::{GROUP, Stage},
+};
+
+use super::{account_fires, bench_job, lateness, to_ms};
+
+/// Warm-up after start before the measured window (start-up catch-up fires excluded).
+const WARM_UP: chrono::Duration = chrono::Duration::seconds(3);
+
+/// Runs W2 with `m` jobs for `secs` seconds on `backend`; `broker_rate` is the ceiling's
+/// throughput (messages/s) the rate is compared with.
+pub async fn run(
+    backend: Backend,
+    m: usize,
+    secs: u32,
+    broker_rate: f64,
+) -> anyhow::Result<Outcome> {
+    let mut outcome = Outcome::new("W2", backend.as_str(), json!({"jobs": m, "seconds": secs}));
+    let progress = Progress::new(format!("W2 {} m={m}", backend.as_str()));
+    let stage = Stage::new(backend, &[]).await?;
+    let base = to_ms(Utc::now());
+    stage
+        .seed(
+            bench_job("steady", json!({"every": "1s"})),
+            m,
+            "steady",
+            |_| {},
+            |i| base + chrono::Duration::milliseconds((i as i64 * 1000) / m as i64),
+        )
+        .await?;
+    let probe = Probe::start(&stage.vhost.amqp_url(), GROUP, "probe");
+    let chimed = stage.start_chimed().await;
+    let pid = chimed.pid().unwrap_or(0);
+    let start = to_ms(Utc::now() + WARM_UP);
+    let end = start + chrono::Duration::seconds(secs.into());
+    tokio::time::sleep((start - Utc::now()).to_std().unwrap_or_default()).await;
+    let before = ProcessSample::read(pid);
+    while Utc::now() < end {
+        let left = (end - Utc::now()).num_seconds();
+        progress.show(|| format!("{left} s left, {} tasks consumed", probe.count()));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let after = ProcessSample::read(pid);
+    let expected = m * secs as usize;
+    // Let the window's last fires drain through.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let receipts = loop {
+        let receipts = probe.receipts();
+        let done = receipts
+            .iter()
+            .filter(|r| r.fire_time >= start && r.fire_time < end)
+            .count();
+        if done >= expected || tokio::time::Instant::now() >= deadline {
+            break receipts;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let records = stage.db.runs_between(start, end).await?;
+    probe.stop().await;
+    chimed.stop().await;
+
+    account_fires(&mut outcome, expected, &records, &receipts, (start, end));
+    let window: Vec<_> = receipts
+        .into_iter()
+        .filter(|r| r.fire_time >= start && r.fire_time < end)
+        .collect();
+    let (_, consume) = lateness(&mut outcome, &window);
+    let cpu_s = after.cpu_s - before.cpu_s;
+    outcome.metric("fires_per_s", m);
+    outcome.metric("rate_vs_ceiling", m as f64 / broker_rate);
+    outcome.metric("chimed_cpu_s", cpu_s);
+    outcome.metric("chimed_cpu_pct", 100.0 * cpu_s / f64::from(secs));
+    outcome.metric("chimed_peak_rss_mib", after.peak_rss_mib);
+    let limit_ms = if m <= 1000 { 10.0 } else { 50.0 };
+    let p99 = consume.map_or(f64::INFINITY, |s| s.p99_ms);
+    outcome.check(
+        format!("consume lateness p99 <= {limit_ms} ms"),
+        format!("{p99:.1} ms"),
+        p99 <= limit_ms,
+    );
+    stage.db.close().await;
+    Ok(outcome)
+}

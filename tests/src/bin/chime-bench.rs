@@ -1,0 +1,79 @@
+//! `chime-bench`: measures chimed against the broker's own ceiling in one run and writes
+//! the results as a table (stdout) and JSON (`--out`). See `docs/benchmarks.md`.
+//!
+//! ```text
+//! cargo run --release -p chime-tests --bin chime-bench            # default sizes, minutes
+//! cargo run --release -p chime-tests --bin chime-bench -- --full  # the documented sizes
+//! ```
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+
+use chime_tests::bench::{Backend, Scale, run_all};
+
+/// Benchmarks chimed (W1 herd, W2 steady, W3 idle scale, W4 failover, W5 reconcile)
+/// against a plain lapin publisher/consumer measured in the same run.
+#[derive(Debug, Parser)]
+#[command(name = "chime-bench")]
+struct Args {
+    /// The documented sizes (100 000-job herds, 1 000 000 idle jobs, 60 s steady runs).
+    #[arg(long, conflicts_with = "smoke")]
+    full: bool,
+    /// Tiny sizes that only prove the harness works (what CI runs).
+    #[arg(long)]
+    smoke: bool,
+    /// Workloads to run, e.g. `W1,W4` (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Store backends for W1–W3: `postgres`, `sqlite` (default: both).
+    #[arg(long, value_delimiter = ',')]
+    backends: Vec<String>,
+    /// Where the JSON report goes (default: target/bench/chime-bench-<scale>.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("CHIME_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let scale = if args.full {
+        Scale::Full
+    } else if args.smoke {
+        Scale::Smoke
+    } else {
+        Scale::Default
+    };
+    let backends = if args.backends.is_empty() {
+        vec![Backend::Postgres, Backend::Sqlite]
+    } else {
+        args.backends
+            .iter()
+            .map(|b| Backend::parse(b).with_context(|| format!("unknown backend {b:?}")))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let only: Vec<String> = args.only.iter().map(|w| w.to_uppercase()).collect();
+    let report = run_all(scale, &backends, &only).await?;
+    println!("{}", report.render());
+    let out = args.out.unwrap_or_else(|| {
+        chime_tests::binaries::workspace_root()
+            .join("target/bench")
+            .join(format!("chime-bench-{}.json", scale.as_str()))
+    });
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    std::fs::write(&out, serde_json::to_vec_pretty(&report)?)
+        .with_context(|| format!("write {}", out.display()))?;
+    eprintln!("[bench] report written to {}", out.display());
+    anyhow::ensure!(
+        !report.has_errors(),
+        "fires were lost or duplicated (see ERROR lines)"
+    );
+    Ok(())
+}

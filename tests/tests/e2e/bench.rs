@@ -1,0 +1,75 @@
+//! The benchmark harness at smoke scale, so it never rots: every workload runs against
+//! real chimed processes and reports its numbers, and no fire is lost or duplicated. No
+//! wall time is asserted (that is what `docs/benchmarks.md` reports, from release builds).
+
+use serde_json::Value;
+
+use chime_tests::binaries;
+
+#[tokio::test]
+async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
+    let out = binaries::scratch_dir("bench").join("report.json");
+    let status = tokio::process::Command::new(binaries::binary("chime-bench"))
+        .args(["--smoke", "--out"])
+        .arg(&out)
+        .status()
+        .await
+        .expect("run chime-bench");
+    assert!(status.success(), "chime-bench --smoke failed: {status}");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(&out).expect("the JSON report")).expect("JSON");
+    let outcomes = report["outcomes"].as_array().expect("outcomes");
+    let names: Vec<String> = outcomes
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["workload"].as_str().unwrap(),
+                o["backend"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for expected in [
+        "W1/postgres",
+        "W1/sqlite",
+        "W2/postgres",
+        "W2/sqlite",
+        "W3/postgres",
+        "W3/sqlite",
+        "W4/postgres",
+        "W5/postgres",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    for outcome in outcomes {
+        let m = &outcome["metrics"];
+        assert_eq!(outcome["errors"], Value::Array(vec![]), "{outcome}");
+        match outcome["workload"].as_str().unwrap() {
+            "W1" => {
+                assert_eq!(m["consumed_fires"], outcome["params"]["jobs"], "{outcome}");
+                assert!(
+                    m["ceiling"]["consume_s"].as_f64().unwrap() > 0.0,
+                    "{outcome}"
+                );
+                assert!(m["time_vs_ceiling"].as_f64().unwrap() > 0.0, "{outcome}");
+            }
+            "W2" | "W3" => {
+                assert!(m["expected_fires"].as_u64().unwrap() > 0, "{outcome}");
+                assert_eq!(m["consumed_fires"], m["expected_fires"], "{outcome}");
+            }
+            "W4" => {
+                assert!(m["dead_node_fires"].as_u64().unwrap() > 0, "{outcome}");
+                assert!(m["gap_s"].as_f64().unwrap().is_finite(), "{outcome}");
+            }
+            "W5" => {
+                assert_eq!(m["overdue_runs_not_republished"], 0, "{outcome}");
+                assert!(m["runs_rows_read"].as_i64().unwrap() > 0, "{outcome}");
+            }
+            other => panic!("unexpected workload {other}"),
+        }
+    }
+    assert!(report["machine"]["cpus"].as_u64().unwrap() > 0);
+}
