@@ -90,19 +90,19 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "lease_ttl",
         env: "CHIME_LEASE_TTL",
-        default: "10s",
+        default: "2s",
         doc: "shard lease lifetime after each renewal (database clock); a dead node's shards are taken over after this",
     },
     Setting {
         key: "lease_renew_interval",
         env: "CHIME_LEASE_RENEW_INTERVAL",
-        default: "2s",
+        default: "500ms",
         doc: "how often a node renews its leases and rebalances; at most a third of lease_ttl",
     },
     Setting {
         key: "heartbeat_interval",
         env: "CHIME_HEARTBEAT_INTERVAL",
-        default: "2s",
+        default: "500ms",
         doc: "how often a node heartbeats in the node registry; at most half of lease_ttl",
     },
     Setting {
@@ -162,7 +162,8 @@ pub struct Config {
     pub node_name: String,
     /// Shard count of a new cluster. Default 256.
     pub shard_count: u32,
-    /// Lease timing. Defaults: TTL 10 s, renew every 2 s, heartbeat every 2 s.
+    /// Lease timing. Defaults: TTL 2 s, renew every 500 ms, heartbeat every 500 ms (a dead
+    /// node's jobs fire again within about 2.5 s; see docs/benchmarks.md, W4).
     pub cluster: ClusterSettings,
     /// Log format. Default text.
     pub log_format: LogFormat,

@@ -34,9 +34,9 @@ pub struct ClusterSettings {
 impl Default for ClusterSettings {
     fn default() -> Self {
         Self {
-            lease_ttl: Duration::from_secs(10),
-            renew_interval: Duration::from_secs(2),
-            heartbeat_interval: Duration::from_secs(2),
+            lease_ttl: Duration::from_secs(2),
+            renew_interval: Duration::from_millis(500),
+            heartbeat_interval: Duration::from_millis(500),
         }
     }
 }
