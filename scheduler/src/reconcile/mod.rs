@@ -122,6 +122,7 @@ impl Reconciler {
                 .overdue_runs(now, cutoff, PASS_LIMIT, shards)
                 .await?;
             let count = overdue.len();
+            let republished_before = report.republished;
             report.examined += count;
             let mut dead = Vec::new();
             for item in overdue {
@@ -167,9 +168,12 @@ impl Reconciler {
                     "reconciled overdue runs"
                 );
             }
-            // A takeover drains every page at once; a periodic pass leaves the rest to the
-            // next pass, after the dispatcher confirmed these.
-            if count < PASS_LIMIT as usize || reason != "takeover" {
+            // A takeover drains every page at once. A periodic pass goes on while its pages
+            // only held runs it moved on (timeouts, retries: they leave the overdue set, so
+            // the work follows the overdue runs); re-published `scheduled` runs stay
+            // overdue until confirmed, so a page with any leaves the rest to the next pass.
+            let moved_on = report.republished == republished_before;
+            if count < PASS_LIMIT as usize || !(reason == "takeover" || moved_on) {
                 return Ok(report);
             }
         }
