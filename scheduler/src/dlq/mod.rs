@@ -253,7 +253,7 @@ impl DeadLetters {
                         delivery.ack(BasicAckOptions::default()).await?;
                         report.discarded += 1;
                     }
-                    Replay::Unknown => skip(&mut report, "run unknown (job deleted)"),
+                    Replay::Unknown => skip(&mut report, "run unknown (job deleted or run pruned)"),
                 },
                 None if job.is_some() => {}
                 None => match message::replay_route(queue, classified.origin.as_ref()) {
