@@ -142,6 +142,27 @@ impl Probe {
         }
     }
 
+    /// Waits (up to 30 s) until `expected` tasks fired in `window` were consumed, so the
+    /// window's last fires drain through; returns every receipt.
+    pub async fn drain_window(
+        &self,
+        window: (DateTime<Utc>, DateTime<Utc>),
+        expected: usize,
+    ) -> Vec<Receipt> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let receipts = self.receipts();
+            let done = receipts
+                .iter()
+                .filter(|r| r.fire_time >= window.0 && r.fire_time < window.1)
+                .count();
+            if done >= expected || tokio::time::Instant::now() >= deadline {
+                return receipts;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Stops consuming.
     pub async fn stop(self) {
         self.cancel.cancel();

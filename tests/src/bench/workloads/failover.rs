@@ -83,18 +83,7 @@ pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
     let seconds = (Utc::now() - chrono::Duration::seconds(2) - start).num_seconds();
     let end = start + chrono::Duration::seconds(seconds);
     let expected = m * seconds as usize;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let receipts = loop {
-        let receipts = probe.receipts();
-        let done = receipts
-            .iter()
-            .filter(|r| r.fire_time >= start && r.fire_time < end)
-            .count();
-        if done >= expected || tokio::time::Instant::now() >= deadline {
-            break receipts;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let receipts = probe.drain_window((start, end), expected).await;
     let records = stage.db.runs_between(start, end).await?;
     probe.stop().await;
     for node in nodes.into_iter().flatten() {

@@ -57,18 +57,7 @@ pub async fn run(
     let after = ProcessSample::read(pid);
     let expected = m * secs as usize;
     // Let the window's last fires drain through.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let receipts = loop {
-        let receipts = probe.receipts();
-        let done = receipts
-            .iter()
-            .filter(|r| r.fire_time >= start && r.fire_time < end)
-            .count();
-        if done >= expected || tokio::time::Instant::now() >= deadline {
-            break receipts;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let receipts = probe.drain_window((start, end), expected).await;
     let records = stage.db.runs_between(start, end).await?;
     probe.stop().await;
     chimed.stop().await;
