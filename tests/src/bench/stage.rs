@@ -84,7 +84,7 @@ impl Stage {
     }
 
     /// Where chimed logs go: printed so a slow workload can be looked into.
-    pub fn note_log(chimed: &Chimed) {
+    fn note_log(chimed: &Chimed) {
         Progress::new("chimed").say(&format!("log: {}", chimed.log_path().display()));
     }
 

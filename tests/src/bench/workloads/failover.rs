@@ -66,6 +66,7 @@ pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
     .await;
     let start = to_ms(Utc::now() + chrono::Duration::seconds(1));
     progress.say("balanced; firing steadily before the kill");
+    // The workload's measured phases: steady firing before and after the kill.
     tokio::time::sleep(Duration::from_secs(before.into())).await;
 
     let victim = nodes[1].take().expect("node 1");

@@ -226,12 +226,16 @@ async fn table_stats(pool: &PgPool) -> anyhow::Result<Value> {
     }))
 }
 
+/// How often the statistics are read while they settle (PostgreSQL 15 flushes a
+/// session's counters about once a second).
+const STATS_POLL: Duration = Duration::from_secs(1);
+
 /// [`table_stats`] once the statistics stopped moving (closed sessions flush theirs
 /// within a second or so).
 async fn settled_stats(pool: &PgPool) -> anyhow::Result<Value> {
     let mut last = table_stats(pool).await?;
     for _ in 0..10 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(STATS_POLL).await;
         let now = table_stats(pool).await?;
         if now["idx_tup_fetch"] == last["idx_tup_fetch"]
             && now["seq_tup_read"] == last["seq_tup_read"]
