@@ -52,6 +52,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "how far ahead the timer holds due jobs in memory",
     },
     Setting {
+        key: "fire_ahead",
+        env: "CHIME_FIRE_AHEAD",
+        default: "2s",
+        doc: "how far ahead of their time fires are recorded (armed), so a herd of jobs due together only has to be published at its instant; 0s records each fire when due",
+    },
+    Setting {
         key: "misfire_grace",
         env: "CHIME_MISFIRE_GRACE",
         default: "5s",
@@ -147,6 +153,9 @@ pub struct Config {
     pub payload_limit: usize,
     /// Timer look-ahead window. Default 30 s.
     pub lookahead: Duration,
+    /// How far ahead of their time fires are recorded; the dispatcher publishes them at
+    /// their fire time. Default 2 s; zero records each fire when due.
+    pub fire_ahead: Duration,
     /// Lateness past which a fire counts as missed. Default 5 s.
     pub misfire_grace: Duration,
     /// Age at which an unconfirmed run is published again. Default 10 s.
@@ -326,6 +335,7 @@ impl Layers {
                 .with(|v| v.parse::<SocketAddr>().map_err(|e| e.to_string()))?,
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
+            fire_ahead: parse("fire_ahead").duration()?,
             misfire_grace: parse("misfire_grace").duration()?,
             republish_after: parse("republish_after").duration()?,
             reconcile_interval: parse("reconcile_interval").duration()?,
@@ -357,6 +367,12 @@ impl Layers {
         parse("lookahead").check(
             config.lookahead >= Duration::from_secs(1),
             "use at least 1s",
+        )?;
+        // The timer arms only jobs it holds: the window must reach well past the horizon.
+        parse("fire_ahead").check(
+            config.fire_ahead <= Duration::from_secs(10)
+                && config.fire_ahead * 2 <= config.lookahead,
+            "use 0s to 10s, and at most half of lookahead",
         )?;
         parse("republish_after").check(
             config.republish_after >= Duration::from_secs(1),
@@ -477,6 +493,7 @@ mod tests {
         assert_eq!(config.http_addr, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(config.payload_limit, 256 * 1024);
         assert_eq!(config.misfire_grace, Duration::from_secs(5));
+        assert_eq!(config.fire_ahead, Duration::from_secs(2));
         assert_eq!(config.shard_count, 256);
         assert_eq!(config.cluster, ClusterSettings::default());
         assert_eq!(
@@ -572,6 +589,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("use 1KiB to 16MiB"), "{err}");
+        for (ahead, lookahead) in [("11s", "60s"), ("5s", "8s")] {
+            let err = Layers::new()
+                .flag("fire_ahead", Some(ahead))
+                .flag("lookahead", Some(lookahead))
+                .build()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("at most half of lookahead"), "{err}");
+        }
+        let off = Layers::new()
+            .flag("fire_ahead", Some("0s"))
+            .build()
+            .unwrap();
+        assert_eq!(off.fire_ahead, Duration::ZERO);
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         TimerSettings {
             lookahead: config.lookahead,
             misfire_grace: config.misfire_grace,
+            fire_ahead: config.fire_ahead,
         },
     );
     let publisher = Arc::new(ConfirmedPublisher::new(&config.amqp_url, "dead-letters"));
@@ -80,6 +81,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         ReconcileSettings {
             republish_after: config.republish_after,
             interval: config.reconcile_interval,
+            fire_ahead: config.fire_ahead,
         },
     );
     let pruner = Pruner::new(store.clone(), RetentionSettings::new(config.run_retention));

@@ -28,6 +28,8 @@ pub const STORE_ERRORS: &str = "chime_store_errors_total";
 pub const TIMER_JOBS: &str = "chime_timer_jobs";
 /// Tasks waiting to be published or confirmed.
 pub const DISPATCH_PENDING: &str = "chime_dispatch_pending";
+/// Tasks of fires armed ahead of their time, held until it comes.
+pub const DISPATCH_ARMED: &str = "chime_dispatch_armed";
 /// Tasks not held in memory because the dispatcher's queue was full; the reconciler
 /// publishes them later from the store.
 pub const DISPATCH_DEFERRED: &str = "chime_dispatch_deferred_total";
@@ -160,6 +162,10 @@ fn describe() {
     describe_gauge!(
         DISPATCH_PENDING,
         "Tasks waiting to be published or confirmed."
+    );
+    describe_gauge!(
+        DISPATCH_ARMED,
+        "Tasks of fires armed ahead of their time, held until it comes."
     );
     describe_counter!(
         BROKER_CONNECTS,

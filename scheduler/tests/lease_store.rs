@@ -117,6 +117,7 @@ async fn a_fire_under_a_stale_token_writes_nothing() {
     let stale = Firing {
         node: "a".into(),
         fence: Some(vec![lease]),
+        ahead: chrono::Duration::zero(),
     };
     let batch = store
         .fire(&[job.id], now, Duration::seconds(5), &stale)
@@ -133,6 +134,7 @@ async fn a_fire_under_a_stale_token_writes_nothing() {
     let fresh = Firing {
         node: "b".into(),
         fence: Some(vec![ShardToken::new(shard, lease.token + 1)]),
+        ahead: chrono::Duration::zero(),
     };
     let batch = store
         .fire(&[job.id], now, Duration::seconds(5), &fresh)
@@ -160,6 +162,7 @@ async fn an_expired_lease_fences_even_its_owner() {
     let firing = Firing {
         node: "a".into(),
         fence: Some(vec![lease]),
+        ahead: chrono::Duration::zero(),
     };
     let batch = store
         .fire(&[job.id], Utc::now(), Duration::seconds(5), &firing)

@@ -88,7 +88,7 @@ async fn postgres_reconciler_reads_only_overdue_runs() {
 
     let now = Utc::now();
     let overdue = store_dyn
-        .overdue_runs(now, now - Duration::seconds(10), 1000, None)
+        .overdue_runs(now, now - Duration::seconds(10), None, 1000, None)
         .await
         .unwrap();
     assert_eq!(overdue.len() as i64, OVERDUE);
@@ -139,7 +139,7 @@ async fn sqlite_reconciler_searches_the_due_index() {
 
     let now = Utc::now();
     let overdue = store_dyn
-        .overdue_runs(now, now - Duration::seconds(10), 1000, None)
+        .overdue_runs(now, now - Duration::seconds(10), None, 1000, None)
         .await
         .unwrap();
     assert_eq!(overdue.len() as i64, OVERDUE);

@@ -54,6 +54,7 @@ fn firing() -> Firing {
     Firing {
         node: "node-a".into(),
         fence: None,
+        ahead: chrono::Duration::zero(),
     }
 }
 
@@ -261,6 +262,145 @@ async fn fire_records_each_fire_once(store: &dyn Store) {
         run.id,
         chime_consumer::protocol::run_id(job.id, run.fire_time, 0)
     );
+}
+
+/// Fires armed `ahead` of their time (the default form: see `fire_ahead`).
+fn arming(ahead: Duration) -> Firing {
+    Firing { ahead, ..firing() }
+}
+
+async fn armed_fires_are_recorded_ahead_and_due_at_their_time(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    let mut forbid = Job::new(spec("f", json!({"every": "1s"})), now);
+    forbid.spec.settings.overlap = OverlapPolicy::Forbid;
+    store.insert_job(&job).await.unwrap();
+    store.insert_job(&forbid).await.unwrap();
+    // 400 ms before the first fire, arming 2 s ahead: the fires at +1 s and +2 s.
+    let at = now + Duration::milliseconds(600);
+    let batch = store
+        .fire(
+            &[job.id, forbid.id],
+            at,
+            GRACE,
+            &arming(Duration::seconds(2)),
+        )
+        .await
+        .unwrap();
+    let times: Vec<_> = batch.recorded.iter().map(|t| t.fire_time).collect();
+    assert_eq!(
+        times,
+        [now + Duration::seconds(1), now + Duration::seconds(2)],
+        "only the job that may be armed, every fire up to the horizon"
+    );
+    assert!(batch.misfired.is_empty());
+    assert_eq!(batch.unarmed, [forbid.id]);
+    let next: std::collections::HashMap<_, _> = batch.next_fire.into_iter().collect();
+    assert_eq!(next[&job.id], Some(now + Duration::seconds(3)));
+    assert_eq!(next[&forbid.id], Some(now + Duration::seconds(1)));
+    let run = store
+        .get_run(batch.recorded[0].task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.created_at, at);
+    assert_eq!(run.due_at, Some(now + Duration::seconds(1)));
+    // Not overdue before its time for a periodic pass, even long unconfirmed...
+    let periodic = store.overdue_runs(at, at, None, 10, None).await.unwrap();
+    assert!(periodic.is_empty(), "{periodic:?}");
+    // ...but a takeover collects what the previous owner armed.
+    let takeover = store
+        .overdue_runs(at, at + Duration::seconds(1), None, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(takeover.len(), 1, "due before the horizon, not after it");
+    assert_eq!(takeover[0].run.fire_time, now + Duration::seconds(1));
+    let all = store
+        .overdue_runs(at, at + Duration::seconds(3), None, 1, None)
+        .await
+        .unwrap();
+    let cursor = Some((all[0].run.due_at.unwrap(), all[0].run.id));
+    let rest = store
+        .overdue_runs(at, at + Duration::seconds(3), cursor, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.iter().map(|o| o.run.fire_time).collect::<Vec<_>>(),
+        [now + Duration::seconds(2)],
+        "the cursor pages past runs still overdue"
+    );
+    // The forbidden-overlap job fires when due, not before.
+    let due = store
+        .fire(
+            &[forbid.id],
+            now + Duration::milliseconds(1001),
+            GRACE,
+            &arming(Duration::seconds(2)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(due.recorded.len(), 1);
+    assert_eq!(due.recorded[0].fire_time, now + Duration::seconds(1));
+}
+
+async fn a_change_withdraws_armed_fires(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("a", now);
+    store.insert_job(&job).await.unwrap();
+    let at = now + Duration::milliseconds(1500);
+    let armed = store
+        .fire(&[job.id], at, GRACE, &arming(Duration::seconds(2)))
+        .await
+        .unwrap();
+    let ids: Vec<Uuid> = armed.recorded.iter().map(|t| t.task_id).collect();
+    assert_eq!(ids.len(), 3, "+1 s is due, +2 s and +3 s are armed");
+
+    // A payload change at +1.7 s: the fires not yet due are withdrawn, and the job's
+    // next fire moves back so they are armed again with the new payload.
+    let mut changed = job.spec.clone();
+    changed.settings.payload = json!({"v": 2});
+    let updated = job.updated(changed, now + Duration::milliseconds(1700));
+    let stored = store.update_job(&updated, 1, false).await.unwrap();
+    assert_eq!(stored.next_fire_at, Some(now + Duration::seconds(2)));
+    assert!(
+        store.get_run(ids[0]).await.unwrap().is_some(),
+        "already due: kept"
+    );
+    assert!(store.get_run(ids[1]).await.unwrap().is_none());
+    assert!(store.get_run(ids[2]).await.unwrap().is_none());
+    let scheduled = store.scheduled_runs(&ids).await.unwrap();
+    assert_eq!(scheduled, [ids[0]].into_iter().collect());
+    let rearmed = store
+        .fire(
+            &[job.id],
+            now + Duration::milliseconds(1800),
+            GRACE,
+            &arming(Duration::seconds(2)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rearmed.recorded[0].task_id, ids[1], "same fire, same id");
+    assert_eq!(rearmed.recorded[0].payload, json!({"v": 2}));
+
+    // Pausing withdraws them too, and nothing is armed while paused.
+    let mut paused = stored.spec.clone();
+    paused.paused = true;
+    let pause = stored.updated(paused, now + Duration::milliseconds(1900));
+    store
+        .update_job(&pause, stored.version, false)
+        .await
+        .unwrap();
+    assert!(store.get_run(ids[1]).await.unwrap().is_none());
+    let nothing = store
+        .fire(
+            &[job.id],
+            now + Duration::milliseconds(1950),
+            GRACE,
+            &arming(Duration::seconds(2)),
+        )
+        .await
+        .unwrap();
+    assert!(nothing.recorded.is_empty());
 }
 
 async fn concurrent_fires_of_one_job_record_it_once(store: Arc<dyn Store>) {
@@ -526,7 +666,7 @@ async fn manual_runs_and_unconfirmed_runs(store: &dyn Store) {
         .unwrap();
     assert_eq!(still, [manual.id].into_iter().collect());
     let at = now + Duration::seconds(2);
-    let pending = store.overdue_runs(at, at, 10, None).await.unwrap();
+    let pending = store.overdue_runs(at, at, None, 10, None).await.unwrap();
     assert_eq!(
         pending.len(),
         1,
@@ -538,7 +678,7 @@ async fn manual_runs_and_unconfirmed_runs(store: &dyn Store) {
     assert_eq!(task.payload, json!({"m": 1}));
     assert!(
         store
-            .overdue_runs(at, now, 10, None)
+            .overdue_runs(at, now, None, 10, None)
             .await
             .unwrap()
             .is_empty(),
@@ -635,7 +775,7 @@ async fn queries_filter_by_shard(store: &dyn Store) {
     let later = now + Duration::seconds(60);
     assert_eq!(
         store
-            .overdue_runs(later, later, 10, Some(&[shard]))
+            .overdue_runs(later, later, None, 10, Some(&[shard]))
             .await
             .unwrap()
             .len(),
@@ -643,7 +783,7 @@ async fn queries_filter_by_shard(store: &dyn Store) {
     );
     assert!(
         store
-            .overdue_runs(later, later, 10, Some(&[other]))
+            .overdue_runs(later, later, None, 10, Some(&[other]))
             .await
             .unwrap()
             .is_empty()
@@ -711,13 +851,16 @@ async fn retryable_failures_retry_after_backoff_then_die(store: &dyn Store) {
     let just_before = due - Duration::milliseconds(1);
     assert!(
         store
-            .overdue_runs(just_before, just_before, 10, None)
+            .overdue_runs(just_before, just_before, None, 10, None)
             .await
             .unwrap()
             .is_empty()
     );
     let after = due + Duration::milliseconds(1);
-    let overdue = store.overdue_runs(after, after, 10, None).await.unwrap();
+    let overdue = store
+        .overdue_runs(after, after, None, 10, None)
+        .await
+        .unwrap();
     assert_eq!(overdue.len(), 1);
     assert_eq!(overdue[0].run.state, RunState::Failed);
     assert!(
@@ -756,13 +899,13 @@ async fn retryable_failures_retry_after_backoff_then_die(store: &dyn Store) {
     assert!(dead.error.unwrap().contains("2 of 2"));
     // The dead letter is pending until noted.
     let far = Utc::now() + Duration::seconds(1);
-    let pending = store.overdue_runs(far, far, 10, None).await.unwrap();
+    let pending = store.overdue_runs(far, far, None, 10, None).await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].run.state, RunState::Dead);
     store.mark_dead_lettered(run.id).await.unwrap();
     assert!(
         store
-            .overdue_runs(far, far, 10, None)
+            .overdue_runs(far, far, None, 10, None)
             .await
             .unwrap()
             .is_empty()
@@ -1322,6 +1465,8 @@ store_suite!(
         delete_removes_job_and_runs,
         due_jobs_pages_by_time_and_skips_paused,
         fire_records_each_fire_once,
+        armed_fires_are_recorded_ahead_and_due_at_their_time,
+        a_change_withdraws_armed_fires,
         fire_applies_the_misfire_policy,
         fire_ignores_paused_and_deleted_jobs,
         one_shot_fires_once_and_finishes,

@@ -1,9 +1,10 @@
 //! One pipelined batch: withdraw tasks that went stale while waiting, declare new groups,
-//! publish every task, await all confirms, then record the outcome of each.
+//! publish every task, and hand back the future of its confirms ([`InFlight`]); once
+//! they arrive, [`Dispatcher::settle`] records the outcome of each.
 
-use std::{collections::HashSet, time::Duration};
+use std::{future::Future, pin::Pin, time::Duration};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures_util::future::{join, join_all};
 use lapin::{BasicProperties, Channel, Confirmation, options::BasicPublishOptions};
 use tracing::{error, warn};
@@ -22,31 +23,38 @@ const RECHECK_AFTER: Duration = Duration::from_secs(1);
 /// Why a batch stopped early, and which of its tasks go back to the queue.
 pub(super) struct Broken {
     pub(super) reason: String,
-    pub(super) retry: HashSet<Uuid>,
+    pub(super) retry: Vec<Outgoing>,
+}
+
+type Confirms = Vec<Result<Confirmation, lapin::Error>>;
+
+/// A published batch whose confirms are on their way.
+pub(super) type InFlight = Pin<Box<dyn Future<Output = Confirmed> + Send>>;
+
+/// A published batch with its confirms (or the timeout that ended the wait).
+pub(super) struct Confirmed {
+    sent: Vec<Outgoing>,
+    published_at: DateTime<Utc>,
+    outcomes: Result<(Confirms, Confirms), tokio::time::error::Elapsed>,
 }
 
 impl Dispatcher {
-    /// Publishes up to [`MAX_BATCH`] pending tasks. Err means the channel is unusable; the
-    /// tasks not confirmed are back at the front of `pending`.
-    pub(super) async fn publish_next_batch(&mut self, channel: &Channel) -> Result<(), String> {
+    /// Publishes up to [`MAX_BATCH`] pending tasks without waiting for their confirms.
+    /// None if every task was withdrawn; Err means the channel is unusable (the batch's
+    /// tasks are in the error, to go back to the queue).
+    pub(super) async fn publish_next_batch(
+        &mut self,
+        channel: &Channel,
+    ) -> Result<Option<InFlight>, Broken> {
         let take = self.pending.len().min(MAX_BATCH);
         let batch: Vec<Outgoing> = self.pending.drain(..take).collect();
         let batch = self.drop_unowned(batch);
-        let mut batch = self.withdraw_stale(batch).await;
-        let result = self.publish(channel, &mut batch).await;
-        let retry = match &result {
-            Ok(()) => HashSet::new(),
-            Err(broken) => broken.retry.clone(),
-        };
-        for outgoing in batch.into_iter().rev() {
-            if retry.contains(&outgoing.task.task_id) {
-                self.pending.push_front(outgoing);
-            } else {
-                self.queued.remove(&outgoing.task.task_id);
-            }
+        let batch = self.withdraw_stale(batch).await;
+        if batch.is_empty() {
+            return Ok(None);
         }
-        metrics::gauge!(telemetry::DISPATCH_PENDING).set(self.pending.len() as f64);
-        result.map_err(|broken| broken.reason)
+        let in_flight = self.publish(channel, batch).await?;
+        Ok(Some(in_flight))
     }
 
     /// Drops fenced tasks whose shard lease this node no longer trusts; their runs stay
@@ -70,13 +78,14 @@ impl Dispatcher {
         keep
     }
 
-    /// Drops tasks whose runs are no longer `scheduled` (confirmed meanwhile, or their job
-    /// deleted). Only tasks that waited, or came from the reconciler, are checked, so the
-    /// fresh fires of the hot path cost no extra query.
+    /// Drops tasks whose runs are no longer `scheduled` (confirmed meanwhile, withdrawn
+    /// by a job change, or their job deleted). Only tasks that waited, came from the
+    /// reconciler, or whose job changed are checked, so the fresh fires of the hot path
+    /// cost no extra query.
     async fn withdraw_stale(&mut self, batch: Vec<Outgoing>) -> Vec<Outgoing> {
         let suspect: Vec<Uuid> = batch
             .iter()
-            .filter(|o| !o.first || o.since.elapsed() > RECHECK_AFTER)
+            .filter(|o| !o.first || o.recheck || o.since.elapsed() > RECHECK_AFTER)
             .map(|o| o.task.task_id)
             .collect();
         if suspect.is_empty() {
@@ -90,7 +99,7 @@ impl Dispatcher {
                 return batch;
             }
         };
-        let suspect: HashSet<Uuid> = suspect.into_iter().collect();
+        let suspect: std::collections::HashSet<Uuid> = suspect.into_iter().collect();
         let (keep, stale): (Vec<_>, Vec<_>) = batch
             .into_iter()
             .partition(|o| !suspect.contains(&o.task.task_id) || still.contains(&o.task.task_id));
@@ -103,18 +112,20 @@ impl Dispatcher {
         keep
     }
 
-    async fn publish(&mut self, channel: &Channel, batch: &mut [Outgoing]) -> Result<(), Broken> {
-        self.declare_groups(channel, batch).await?;
+    async fn publish(
+        &mut self,
+        channel: &Channel,
+        mut batch: Vec<Outgoing>,
+    ) -> Result<InFlight, Broken> {
+        batch = self.declare_groups(channel, batch).await?;
         let published_at = Utc::now();
-        for outgoing in batch.iter_mut() {
-            outgoing.task.published_at = published_at;
-        }
-        let batch = &*batch;
         let mut confirms = Vec::with_capacity(batch.len());
         let mut copies = Vec::with_capacity(batch.len());
         let mut sent = Vec::with_capacity(batch.len());
         let leases = self.ownership.current();
-        for outgoing in batch {
+        let mut tasks = batch.into_iter();
+        while let Some(mut outgoing) = tasks.next() {
+            outgoing.task.published_at = published_at;
             let task = &outgoing.task;
             // Checked again per task, right before it goes out: a node frozen in the
             // middle of a batch must not wake up and publish for shards it lost.
@@ -125,9 +136,9 @@ impl Dispatcher {
                 )
             {
                 metrics::counter!(telemetry::DISPATCH_UNOWNED).increment(1);
+                self.queued.remove(&task.task_id);
                 continue;
             }
-            sent.push(outgoing);
             let body = task.to_vec();
             let properties = BasicProperties::default()
                 .with_content_type("application/json".into())
@@ -136,7 +147,7 @@ impl Dispatcher {
                 .with_timestamp(published_at.timestamp() as u64)
                 .with_app_id(self.ownership.node().into());
             let (exchange, routing_key) = topology::task_route(task);
-            let confirm = channel
+            let published = channel
                 .basic_publish(
                     exchange.into(),
                     routing_key.as_str().into(),
@@ -147,38 +158,77 @@ impl Dispatcher {
                     &body,
                     properties.clone(),
                 )
-                .await
-                .map_err(|e| Broken {
-                    reason: format!("publishing: {e}"),
-                    retry: ids(batch),
-                })?;
-            confirms.push(confirm);
+                .await;
             // The publish/subscribe copy for observers: never mandatory (no observer is
             // normal), and its fate never touches the run.
-            let copy = channel
-                .basic_publish(
-                    topology::TOPIC_EXCHANGE.into(),
-                    topology::topic_routing_key(&task.app, &task.job)
-                        .as_str()
-                        .into(),
-                    BasicPublishOptions::default(),
-                    &body,
-                    properties,
-                )
-                .await
-                .map_err(|e| Broken {
-                    reason: format!("publishing: {e}"),
-                    retry: ids(batch),
-                })?;
-            copies.push(copy);
+            let copied = match &published {
+                Ok(_) => Some(
+                    channel
+                        .basic_publish(
+                            topology::TOPIC_EXCHANGE.into(),
+                            topology::topic_routing_key(&task.app, &task.job)
+                                .as_str()
+                                .into(),
+                            BasicPublishOptions::default(),
+                            &body,
+                            properties,
+                        )
+                        .await,
+                ),
+                Err(_) => None,
+            };
+            match (published, copied) {
+                (Ok(confirm), Some(Ok(copy))) => {
+                    confirms.push(confirm);
+                    copies.push(copy);
+                    sent.push(outgoing);
+                }
+                (Err(e), _) | (Ok(_), Some(Err(e))) => {
+                    // Everything not yet confirmed goes back; what was published may
+                    // go out twice (absorbed by idempotency).
+                    let mut retry = sent;
+                    retry.push(outgoing);
+                    retry.extend(tasks);
+                    return Err(Broken {
+                        reason: format!("publishing: {e}"),
+                        retry,
+                    });
+                }
+                (Ok(_), None) => unreachable!("a copy follows every publish"),
+            }
         }
-        let (outcomes, copied) =
-            tokio::time::timeout(CONFIRM_TIMEOUT, join(join_all(confirms), join_all(copies)))
-                .await
-                .map_err(|_| Broken {
+        self.in_flight += sent.len();
+        Ok(Box::pin(async move {
+            let outcomes =
+                tokio::time::timeout(CONFIRM_TIMEOUT, join(join_all(confirms), join_all(copies)))
+                    .await;
+            Confirmed {
+                sent,
+                published_at,
+                outcomes,
+            }
+        }))
+    }
+
+    /// Records a batch's confirms: confirmed runs are marked `dispatched`, refused ones
+    /// noted (the reconciler publishes them again). Err if the channel broke; the
+    /// unconfirmed tasks are in the error.
+    pub(super) fn settle(&mut self, confirmed: Confirmed) -> Result<(), Broken> {
+        let Confirmed {
+            sent,
+            published_at,
+            outcomes,
+        } = confirmed;
+        self.in_flight -= sent.len();
+        let (outcomes, copied) = match outcomes {
+            Ok(outcomes) => outcomes,
+            Err(_) => {
+                return Err(Broken {
                     reason: format!("no confirms within {CONFIRM_TIMEOUT:?}"),
-                    retry: ids(batch),
-                })?;
+                    retry: sent,
+                });
+            }
+        };
         let lost_copies = copied
             .iter()
             .filter(|c| !matches!(c, Ok(Confirmation::Ack(None))))
@@ -191,13 +241,14 @@ impl Dispatcher {
             metrics::counter!(telemetry::TOPIC_COPIES_LOST).increment(lost_copies as u64);
         }
 
-        let mut confirmed = Vec::with_capacity(batch.len());
+        let mut confirmed = Vec::with_capacity(sent.len());
         let mut broken: Option<Broken> = None;
         for (outgoing, outcome) in sent.into_iter().zip(outcomes) {
             let task = &outgoing.task;
+            let id = task.task_id;
             match outcome {
                 Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => {
-                    confirmed.push(task.task_id);
+                    confirmed.push(id);
                     metrics::counter!(telemetry::PUBLISHES, "outcome" => "confirmed").increment(1);
                     if outgoing.first {
                         let lateness = (published_at - task.fire_time)
@@ -213,36 +264,31 @@ impl Dispatcher {
                         "unroutable: {} (queue {queue:?} is not bound)",
                         returned.reply_text
                     );
-                    warn!(run_id = %task.task_id, %queue, "task unroutable; will publish again");
+                    warn!(run_id = %id, %queue, "task unroutable; will publish again");
                     metrics::counter!(telemetry::PUBLISHES, "outcome" => "unroutable").increment(1);
                     // Someone deleted the queue: declare it again before the next publish.
                     self.declared.remove(&destination(task));
-                    self.note_failure(task.task_id, &reason).await;
+                    self.marker().failed(id, reason);
                 }
                 Ok(Confirmation::Nack(_)) => {
-                    warn!(run_id = %task.task_id, "broker nacked the task; will publish again");
+                    warn!(run_id = %id, "broker nacked the task; will publish again");
                     metrics::counter!(telemetry::PUBLISHES, "outcome" => "nacked").increment(1);
-                    self.note_failure(task.task_id, "nacked by the broker")
-                        .await;
+                    self.marker().failed(id, "nacked by the broker");
                 }
                 Err(error) => {
                     metrics::counter!(telemetry::PUBLISHES, "outcome" => "failed").increment(1);
                     let broken = broken.get_or_insert_with(|| Broken {
                         reason: error.to_string(),
-                        retry: HashSet::new(),
+                        retry: Vec::new(),
                     });
-                    broken.retry.insert(task.task_id);
+                    broken.retry.push(outgoing);
+                    continue;
                 }
             }
+            self.queued.remove(&id);
         }
-        if !confirmed.is_empty()
-            && let Err(error) = self.store.mark_dispatched(&confirmed, Utc::now()).await
-        {
-            // The tasks are out; the reconciler will publish them again (at least once).
-            error!(%error, runs = confirmed.len(), "could not mark runs dispatched");
-            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "mark_dispatched")
-                .increment(1);
-        }
+        self.marker().dispatched(confirmed, Utc::now());
+        self.report_sizes();
         broken.map_or(Ok(()), Err)
     }
 
@@ -254,9 +300,10 @@ impl Dispatcher {
     async fn declare_groups(
         &mut self,
         channel: &Channel,
-        batch: &[Outgoing],
-    ) -> Result<(), Broken> {
-        for outgoing in batch {
+        batch: Vec<Outgoing>,
+    ) -> Result<Vec<Outgoing>, Broken> {
+        let mut refused = None;
+        for outgoing in &batch {
             let task = &outgoing.task;
             let key = destination(task);
             if self.declared.contains(&key) {
@@ -269,30 +316,28 @@ impl Dispatcher {
                 Ok(()) => topology::declare_dead_letter_notices(channel, Some(&task.group)).await,
                 Err(e) => Err(e),
             };
-            if let Err(e) = declared {
-                let reason = format!("cannot declare the destination {key:?}: {e}");
-                error!(destination = %key, error = %e, "cannot declare a task destination; its tasks wait");
-                let mut retry = HashSet::new();
-                for o in batch {
-                    if destination(&o.task) == key {
-                        self.note_failure(o.task.task_id, &reason).await;
-                    } else {
-                        retry.insert(o.task.task_id);
-                    }
+            match declared {
+                Ok(()) => {
+                    self.declared.insert(key);
                 }
-                return Err(Broken { reason, retry });
+                Err(e) => {
+                    refused = Some((key, e));
+                    break;
+                }
             }
-            self.declared.insert(key);
         }
-        Ok(())
-    }
-
-    async fn note_failure(&self, run_id: Uuid, reason: &str) {
-        if let Err(error) = self.store.note_publish_failure(run_id, reason).await {
-            error!(%error, %run_id, "could not note a publish failure");
-            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "note_publish_failure")
-                .increment(1);
+        let Some((key, e)) = refused else {
+            return Ok(batch);
+        };
+        let reason = format!("cannot declare the destination {key:?}: {e}");
+        error!(destination = %key, error = %e, "cannot declare a task destination; its tasks wait");
+        let (refused, retry): (Vec<_>, Vec<_>) =
+            batch.into_iter().partition(|o| destination(&o.task) == key);
+        for outgoing in refused {
+            self.queued.remove(&outgoing.task.task_id);
+            self.marker().failed(outgoing.task.task_id, reason.clone());
         }
+        Err(Broken { reason, retry })
     }
 }
 
@@ -300,8 +345,4 @@ impl Dispatcher {
 /// broadcast route.
 fn destination(task: &chime_consumer::protocol::TaskMessage) -> String {
     topology::task_queue(task).unwrap_or_else(|| format!("broadcast:{}", task.group))
-}
-
-fn ids(batch: &[Outgoing]) -> HashSet<Uuid> {
-    batch.iter().map(|o| o.task.task_id).collect()
 }

@@ -1,15 +1,25 @@
 //! Publishing recorded runs as task messages: persistent, mandatory, with publisher
-//! confirms awaited in pipelined batches. A run becomes `dispatched` only on a clean
-//! confirm (an ack with no returned message); an unroutable or nacked task is noted on the
-//! run and left `scheduled`, so the reconciler publishes it again. The dispatcher survives
-//! broker outages: it reconnects with backoff and keeps every task it was given.
+//! confirms. Publishing is pipelined: batches go out while earlier batches' confirms are
+//! still on their way (up to [`MAX_IN_FLIGHT`] tasks), and their outcomes are written by
+//! a separate task ([`marker`]), so neither the broker's confirm latency nor a database
+//! commit delays the next fire. A run becomes `dispatched` only on a clean confirm (an
+//! ack with no returned message); an unroutable or nacked task is noted on the run and
+//! left `scheduled`, so the reconciler publishes it again. The dispatcher survives broker
+//! outages: it reconnects with backoff and keeps every task it was given.
+//!
+//! No task is published before its fire time: fires armed ahead of time are held
+//! ([`held`]) until then. When a job changes, its held tasks are checked against the
+//! store before they go out (the change may have withdrawn them).
 //!
 //! Scheduled fires and re-publishes are *fenced*: they are published only while this node
-//! still trusts the lease of the job's shard, checked just before each batch. A task whose
-//! shard was lost is dropped here — its run stays `scheduled`, and the shard's new owner
-//! publishes it — so a node that wakes from a stall publishes nothing for shards it lost.
+//! still trusts the lease of the job's shard, checked just before each task goes out. A
+//! task whose shard was lost is dropped here — its run stays `scheduled`, and the shard's
+//! new owner publishes it — so a node that wakes from a stall publishes nothing for
+//! shards it lost.
 
 mod batch;
+mod held;
+mod marker;
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -20,6 +30,8 @@ use std::{
     time::Duration,
 };
 
+use chrono::{DateTime, Utc};
+use futures_util::{StreamExt, stream::FuturesUnordered};
 use lapin::{Channel, Connection, options::ConfirmSelectOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -31,13 +43,19 @@ use chime_consumer::backoff::Backoff;
 use chime_consumer::protocol::TaskMessage;
 
 use crate::{broker, cluster::Ownership, store::Store, telemetry};
+use batch::{Broken, InFlight};
+use held::Held;
+use marker::Marker;
 
-/// Most tasks published before their confirms are awaited together.
+/// Most tasks published in one batch.
 const MAX_BATCH: usize = 1000;
+/// Most tasks published and not yet confirmed.
+const MAX_IN_FLIGHT: usize = 2000;
 /// How long a batch's confirms may take before the channel is considered broken.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(15);
-/// Most tasks held in memory. Past this (a long broker outage) new tasks are not held:
-/// they stay `scheduled` in the store and the reconciler hands them over again later.
+/// Most tasks held in memory (waiting, armed, or in flight). Past this (a long broker
+/// outage) new tasks are not held: they stay `scheduled` in the store and the reconciler
+/// hands them over again later.
 const MAX_PENDING: usize = 100_000;
 /// How often an idle dispatcher checks that its channel is still open.
 const HEALTH_CHECK: Duration = Duration::from_secs(1);
@@ -50,16 +68,26 @@ pub struct Outgoing {
     pub task: TaskMessage,
     /// False when the reconciler re-publishes it.
     pub first: bool,
-    /// When it was handed over.
+    /// When it was handed over, or released at its fire time.
     pub since: std::time::Instant,
     /// Whether it may only be published while this node trusts its shard's lease.
     pub fenced: bool,
+    /// Whether its run must be checked against the store before publishing (its job
+    /// changed while the task waited).
+    pub recheck: bool,
+}
+
+/// What the dispatcher is told.
+#[derive(Debug)]
+enum Command {
+    Publish(Box<Outgoing>),
+    JobChanged(Uuid),
 }
 
 /// Hands tasks to the dispatcher. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct DispatchHandle {
-    tx: mpsc::UnboundedSender<Outgoing>,
+    tx: mpsc::UnboundedSender<Command>,
     connected: Arc<AtomicBool>,
 }
 
@@ -70,7 +98,8 @@ impl DispatchHandle {
         self.send(tasks, true, false);
     }
 
-    /// Queues scheduled fires just recorded under their shards' leases.
+    /// Queues scheduled fires just recorded under their shards' leases (published at
+    /// their fire time if armed ahead of it).
     pub fn submit_fenced(&self, tasks: impl IntoIterator<Item = TaskMessage>) {
         self.send(tasks, true, true);
     }
@@ -80,14 +109,21 @@ impl DispatchHandle {
         self.send(tasks, false, true);
     }
 
+    /// The job changed: its tasks still waiting are checked against the store before
+    /// they are published.
+    pub fn job_changed(&self, job: Uuid) {
+        let _ = self.tx.send(Command::JobChanged(job));
+    }
+
     fn send(&self, tasks: impl IntoIterator<Item = TaskMessage>, first: bool, fenced: bool) {
         for task in tasks {
-            let _ = self.tx.send(Outgoing {
+            let _ = self.tx.send(Command::Publish(Box::new(Outgoing {
                 task,
                 first,
                 since: std::time::Instant::now(),
                 fenced,
-            });
+                recheck: false,
+            })));
         }
     }
 
@@ -102,14 +138,20 @@ pub struct Dispatcher {
     store: Arc<dyn Store>,
     ownership: Ownership,
     amqp_url: String,
-    rx: mpsc::UnboundedReceiver<Outgoing>,
+    rx: mpsc::UnboundedReceiver<Command>,
     connected: Arc<AtomicBool>,
-    /// Tasks waiting to be published, in order.
+    /// Tasks due and waiting to be published, in order.
     pending: VecDeque<Outgoing>,
-    /// Ids in `pending` or awaiting a confirm, so a re-submission is not published twice.
+    /// Tasks armed ahead of their fire time.
+    held: Held,
+    /// Ids pending, held or in flight, so a re-submission is not published twice.
     queued: HashSet<Uuid>,
+    /// Tasks published and awaiting their confirms.
+    in_flight: usize,
     /// Groups declared on the current connection.
     declared: HashSet<String>,
+    /// Writes publish outcomes to the store (set while running).
+    marker: Option<Marker>,
 }
 
 impl Dispatcher {
@@ -132,27 +174,40 @@ impl Dispatcher {
             rx,
             connected,
             pending: VecDeque::new(),
+            held: Held::default(),
             queued: HashSet::new(),
+            in_flight: 0,
             declared: HashSet::new(),
+            marker: None,
         };
         (handle, dispatcher)
     }
 
-    /// Publishes until `drain` fires, then publishes what it already holds (up to
-    /// `drain_timeout`) and returns. Tasks still unconfirmed then stay `scheduled` in the
-    /// store and are published after the next start.
+    /// Publishes until `drain` fires, then publishes what is already due (up to
+    /// `drain_timeout`) and returns. Tasks still unconfirmed then, and armed tasks not yet
+    /// due, stay `scheduled` in the store and are published after the next start (or by
+    /// the shards' next owner).
     pub async fn run(mut self, drain: CancellationToken, drain_timeout: Duration) {
+        let (marker, writer) = Marker::start(self.store.clone());
+        self.marker = Some(marker);
+        self.publish_until_drained(&drain, drain_timeout).await;
+        // Let the writer finish what it was sent.
+        self.marker = None;
+        let _ = writer.await;
+    }
+
+    async fn publish_until_drained(&mut self, drain: &CancellationToken, drain_timeout: Duration) {
         // Spaces out sessions that break at once (a refused declaration, a flapping
         // broker); reset by every batch that goes through.
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         loop {
             let Some(connection) =
-                broker::connect_with_backoff(&self.amqp_url, "dispatch", &drain).await
+                broker::connect_with_backoff(&self.amqp_url, "dispatch", drain).await
             else {
                 break;
             };
             let end = self
-                .session(&connection, &drain, drain_timeout, &mut backoff)
+                .session(&connection, drain, drain_timeout, &mut backoff)
                 .await;
             let _ = connection
                 .close(200, "chimed dispatcher reconnecting".into())
@@ -193,71 +248,192 @@ impl Dispatcher {
         };
         self.declared.clear();
         self.connected.store(true, Ordering::Relaxed);
-        info!(pending = self.pending.len(), "publishing tasks");
+        info!(
+            pending = self.pending.len(),
+            armed = self.held.len(),
+            "publishing tasks"
+        );
+        let mut in_flight: FuturesUnordered<InFlight> = FuturesUnordered::new();
         loop {
             if drain.is_cancelled() {
-                self.absorb_submissions();
-                let published =
-                    tokio::time::timeout(drain_timeout, self.publish_all(&channel)).await;
-                if !matches!(published, Ok(Ok(()))) {
+                let drained =
+                    tokio::time::timeout(drain_timeout, self.publish_due(&channel, &mut in_flight))
+                        .await;
+                if !matches!(drained, Ok(Ok(()))) {
                     warn!(
-                        unconfirmed = self.pending.len(),
+                        unconfirmed = self.pending.len() + self.in_flight,
                         "shutdown before every task was confirmed; they stay scheduled"
                     );
                 }
                 let _ = channel.close(200, "chimed shutting down".into()).await;
                 return SessionEnd::Drained;
             }
-            if self.pending.is_empty() {
-                tokio::select! {
-                    next = self.rx.recv() => match next {
-                        Some(outgoing) => self.enqueue(outgoing),
-                        None => {
-                            drain.cancel();
-                            continue;
-                        }
-                    },
-                    () = tokio::time::sleep(HEALTH_CHECK) => {
-                        if !channel.status().connected() {
-                            return SessionEnd::Broken("channel closed".into());
-                        }
-                        continue;
+            self.absorb_submissions();
+            self.release_due();
+            while !self.pending.is_empty() && self.in_flight < MAX_IN_FLIGHT {
+                match self.publish_next_batch(&channel).await {
+                    Ok(Some(batch)) => in_flight.push(batch),
+                    Ok(None) => {}
+                    Err(broken) => {
+                        return self.break_session(broken, &mut in_flight).await;
                     }
-                    () = drain.cancelled() => continue,
                 }
             }
-            self.absorb_submissions();
-            match self.publish_next_batch(&channel).await {
-                Ok(()) => backoff.reset(),
-                Err(error) => return SessionEnd::Broken(error),
+            let release = self
+                .held
+                .next_due()
+                .map_or(HEALTH_CHECK, |at| until(at).min(HEALTH_CHECK));
+            tokio::select! {
+                Some(confirmed) = in_flight.next(), if !in_flight.is_empty() => {
+                    match self.settle(confirmed) {
+                        Ok(()) => backoff.reset(),
+                        Err(broken) => return self.break_session(broken, &mut in_flight).await,
+                    }
+                }
+                next = self.rx.recv(), if self.pending.is_empty() => match next {
+                    Some(command) => self.command(command),
+                    None => drain.cancel(),
+                },
+                () = tokio::time::sleep(release) => {
+                    if in_flight.is_empty() && !channel.status().connected() {
+                        return SessionEnd::Broken("channel closed".into());
+                    }
+                }
+                () = drain.cancelled() => {}
             }
         }
     }
 
-    async fn publish_all(&mut self, channel: &Channel) -> Result<(), String> {
-        while !self.pending.is_empty() {
-            self.publish_next_batch(channel).await?;
+    /// Publishes every task already due and waits for all confirms (shutdown).
+    async fn publish_due(
+        &mut self,
+        channel: &Channel,
+        in_flight: &mut FuturesUnordered<InFlight>,
+    ) -> Result<(), String> {
+        self.absorb_submissions();
+        self.release_due();
+        loop {
+            while !self.pending.is_empty() && self.in_flight < MAX_IN_FLIGHT {
+                if let Some(batch) = self
+                    .publish_next_batch(channel)
+                    .await
+                    .map_err(|b| b.reason)?
+                {
+                    in_flight.push(batch);
+                }
+            }
+            match in_flight.next().await {
+                Some(confirmed) => self.settle(confirmed).map_err(|b| b.reason)?,
+                None if self.pending.is_empty() => return Ok(()),
+                None => {}
+            }
         }
-        Ok(())
     }
 
-    /// Moves everything already submitted into `pending`, dropping duplicates.
-    fn absorb_submissions(&mut self) {
-        while let Ok(outgoing) = self.rx.try_recv() {
-            self.enqueue(outgoing);
+    /// The channel broke: waits for the confirms still on their way (they fail fast
+    /// once the channel is gone) so confirmed runs are marked and the rest go back to
+    /// the front of the queue.
+    async fn break_session(
+        &mut self,
+        broken: Broken,
+        in_flight: &mut FuturesUnordered<InFlight>,
+    ) -> SessionEnd {
+        let mut reason = broken.reason.clone();
+        self.requeue(broken);
+        while let Some(confirmed) = in_flight.next().await {
+            if let Err(more) = self.settle(confirmed) {
+                reason = more.reason.clone();
+                self.requeue(more);
+            }
         }
-        metrics::gauge!(telemetry::DISPATCH_PENDING).set(self.pending.len() as f64);
+        SessionEnd::Broken(reason)
+    }
+
+    /// Moves everything already submitted into `pending` or `held`.
+    fn absorb_submissions(&mut self) {
+        while let Ok(command) = self.rx.try_recv() {
+            self.command(command);
+        }
+        self.report_sizes();
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Publish(outgoing) => self.enqueue(*outgoing),
+            Command::JobChanged(job) => {
+                let mut marked = self.held.recheck_job(job);
+                for outgoing in self.pending.iter_mut().filter(|o| o.task.job_id == job) {
+                    outgoing.recheck = true;
+                    marked += 1;
+                }
+                if marked > 0 {
+                    info!(%job, tasks = marked, "job changed; its waiting tasks are checked before publishing");
+                }
+            }
+        }
     }
 
     fn enqueue(&mut self, outgoing: Outgoing) {
-        if self.pending.len() >= MAX_PENDING {
+        let id = outgoing.task.task_id;
+        let armed = outgoing.task.fire_time > Utc::now();
+        if armed && self.held.contains(id) {
+            self.held.hold(outgoing);
+            return;
+        }
+        if self.queued.contains(&id) {
+            return;
+        }
+        if self.queued.len() >= MAX_PENDING {
             metrics::counter!(telemetry::DISPATCH_DEFERRED).increment(1);
             return;
         }
-        if self.queued.insert(outgoing.task.task_id) {
+        self.queued.insert(id);
+        if armed {
+            self.held.hold(outgoing);
+        } else {
             self.pending.push_back(outgoing);
         }
     }
+
+    /// Moves the armed tasks whose fire time came into `pending`.
+    fn release_due(&mut self) {
+        let released = self.held.release(Utc::now());
+        if released.is_empty() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        self.pending
+            .extend(released.into_iter().map(|mut outgoing| {
+                outgoing.since = now;
+                outgoing
+            }));
+        self.report_sizes();
+    }
+
+    /// Puts a broken batch's unconfirmed tasks back at the front of the queue.
+    fn requeue(&mut self, broken: Broken) {
+        for outgoing in broken.retry.into_iter().rev() {
+            self.pending.push_front(outgoing);
+        }
+        self.report_sizes();
+    }
+
+    fn report_sizes(&self) {
+        metrics::gauge!(telemetry::DISPATCH_PENDING)
+            .set((self.pending.len() + self.in_flight) as f64);
+        metrics::gauge!(telemetry::DISPATCH_ARMED).set(self.held.len() as f64);
+    }
+
+    fn marker(&self) -> &Marker {
+        self.marker
+            .as_ref()
+            .expect("the marker runs while the dispatcher runs")
+    }
+}
+
+/// How long until `at` (zero if past).
+fn until(at: DateTime<Utc>) -> Duration {
+    (at - Utc::now()).to_std().unwrap_or(Duration::ZERO)
 }
 
 enum SessionEnd {

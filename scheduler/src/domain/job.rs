@@ -432,16 +432,17 @@ impl Job {
         }
     }
 
-    /// The fires due at `now` (see [`plan_fires`]) as new runs — one per item of each
-    /// fire, see [`Target::items`] — and the next fire time. Nothing is due for a paused
-    /// job or one whose next fire is after `now`.
+    /// The fires due at `now` or armed up to `until` (see [`plan_fires`]) as new runs —
+    /// one per item of each fire, see [`Target::items`] — and the next fire time. Nothing
+    /// is due for a paused job or one whose next fire is after `until`.
     pub fn fires_due(
         &self,
         now: DateTime<Utc>,
+        until: DateTime<Utc>,
         grace: chrono::Duration,
         live: &LiveZones,
     ) -> JobFires {
-        let Some(due) = self.timer_entry().filter(|due| *due <= now) else {
+        let Some(due) = self.timer_entry().filter(|due| *due <= until) else {
             return JobFires {
                 runs: Vec::new(),
                 next_fire_at: self.next_fire_at,
@@ -454,6 +455,7 @@ impl Job {
             &settings.schedule,
             due,
             now,
+            until,
             settings.misfire,
             settings.catch_up_limit,
             grace,
@@ -616,14 +618,12 @@ mod tests {
         let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
         let job = Job::new(spec(every("30s")), t0);
         let grace = Duration::seconds(5);
-        let early = job.fires_due(t0 + Duration::seconds(29), grace, &LiveZones::default());
+        let early_at = t0 + Duration::seconds(29);
+        let early = job.fires_due(early_at, early_at, grace, &LiveZones::default());
         assert!(early.runs.is_empty());
         assert_eq!(early.next_fire_at, job.next_fire_at);
-        let due = job.fires_due(
-            t0 + Duration::milliseconds(30_002),
-            grace,
-            &LiveZones::default(),
-        );
+        let due_at = t0 + Duration::milliseconds(30_002);
+        let due = job.fires_due(due_at, due_at, grace, &LiveZones::default());
         assert_eq!(due.runs.len(), 1);
         assert_eq!(due.runs[0].fire_time, t0 + Duration::seconds(30));
         assert_eq!(due.next_fire_at, Some(t0 + Duration::seconds(60)));
@@ -631,10 +631,22 @@ mod tests {
         paused.spec.paused = true;
         assert!(
             paused
-                .fires_due(t0 + Duration::hours(1), grace, &LiveZones::default())
+                .fires_due(
+                    t0 + Duration::hours(1),
+                    t0 + Duration::hours(1),
+                    grace,
+                    &LiveZones::default()
+                )
                 .runs
                 .is_empty()
         );
+        // Armed a second ahead: the run is recorded now, due (for the reconciler) at
+        // its fire time, not before.
+        let armed = job.fires_due(early_at, early_at + grace, grace, &LiveZones::default());
+        assert_eq!(armed.runs.len(), 1);
+        assert_eq!(armed.runs[0].fire_time, t0 + Duration::seconds(30));
+        assert_eq!(armed.runs[0].created_at, early_at);
+        assert_eq!(armed.runs[0].due_at, Some(t0 + Duration::seconds(30)));
         let task = job.task_message(&due.runs[0]);
         assert_eq!(
             (task.group.as_str(), task.job.as_str()),

@@ -7,7 +7,11 @@
 //! - `skip`: only the fires still within `grace` happen, missed ones are dropped;
 //! - `catch_up`: the latest `catch_up_limit` due fires happen, oldest first.
 //!
-//! In every case the job's next fire time becomes the first schedule point after `now`.
+//! Fires may be *armed*: recorded ahead of time, up to `until` (≥ `now`), so that a herd
+//! of jobs due together is in the store before its instant and only publishing is left
+//! then. On-time fires up to `until` are planned and the next fire time becomes the first
+//! point after `until`; lateness and the misfire decision are always judged against the
+//! real `now`, and a misfired job's next fire time is the first point after `now`.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
@@ -53,26 +57,29 @@ pub struct FirePlan {
     pub misfired: bool,
 }
 
-/// Plans the fires of a job whose next fire time is `due` at `now`.
+/// Plans the fires of a job whose next fire time is `due` at `now`, arming on-time fires
+/// due up to `until` (pass `until == now` to record only what is due).
 pub fn plan_fires(
     schedule: &Schedule,
     due: DateTime<Utc>,
     now: DateTime<Utc>,
+    until: DateTime<Utc>,
     policy: MisfirePolicy,
     catch_up_limit: u32,
     grace: Duration,
 ) -> FirePlan {
-    if due > now {
+    assert!(until >= now, "arming horizon {until} before now {now}");
+    if due > until {
         return FirePlan {
             fire_times: Vec::new(),
             next_fire_at: Some(due),
             misfired: false,
         };
     }
-    let next_fire_at = schedule.next_after(due, now);
     let misfired = due < now - grace;
+    let next_fire_at = schedule.next_after(due, if misfired { now } else { until });
     let fire_times = if !misfired {
-        schedule.points_between(due, due, now, MAX_ON_TIME_FIRES)
+        schedule.points_between(due, due, until, MAX_ON_TIME_FIRES)
     } else {
         match policy {
             MisfirePolicy::Skip => {
@@ -122,6 +129,7 @@ mod tests {
             &every(60),
             due,
             due + Duration::milliseconds(3),
+            due + Duration::milliseconds(3),
             MisfirePolicy::Skip,
             10,
             GRACE,
@@ -138,6 +146,7 @@ mod tests {
             &every(1),
             due,
             due + Duration::milliseconds(2500),
+            due + Duration::milliseconds(2500),
             MisfirePolicy::Skip,
             10,
             GRACE,
@@ -153,6 +162,7 @@ mod tests {
             &every(1),
             due,
             due - Duration::seconds(1),
+            due - Duration::seconds(1),
             MisfirePolicy::FireOnce,
             10,
             GRACE,
@@ -162,20 +172,67 @@ mod tests {
     }
 
     #[test]
+    fn armed_fires_are_planned_up_to_until() {
+        let due = at("2026-11-21T10:00:00Z");
+        let now = due - Duration::milliseconds(1500);
+        let plan = plan_fires(
+            &every(1),
+            due,
+            now,
+            now + Duration::seconds(2),
+            MisfirePolicy::FireOnce,
+            10,
+            GRACE,
+        );
+        assert_eq!(plan.fire_times, [due]);
+        assert_eq!(plan.next_fire_at, Some(due + Duration::seconds(1)));
+        assert!(!plan.misfired);
+        let beyond = plan_fires(
+            &every(1),
+            due,
+            now,
+            now + Duration::milliseconds(1000),
+            MisfirePolicy::FireOnce,
+            10,
+            GRACE,
+        );
+        assert!(beyond.fire_times.is_empty());
+        assert_eq!(beyond.next_fire_at, Some(due));
+    }
+
+    #[test]
+    fn misfire_is_judged_against_now_not_the_arming_horizon() {
+        let due = at("2026-11-21T10:00:00Z");
+        let now = due + Duration::seconds(30);
+        let plan = plan_fires(
+            &every(1),
+            due,
+            now,
+            now + Duration::seconds(2),
+            MisfirePolicy::FireOnce,
+            10,
+            GRACE,
+        );
+        assert!(plan.misfired);
+        assert_eq!(plan.fire_times, [now]);
+        assert_eq!(plan.next_fire_at, Some(now + Duration::seconds(1)));
+    }
+
+    #[test]
     fn policies_after_an_outage() {
         let due = at("2026-11-21T10:00:00Z");
         let now = at("2026-11-21T10:00:30.500Z");
         let s = every(1);
-        let fire_once = plan_fires(&s, due, now, MisfirePolicy::FireOnce, 10, GRACE);
+        let fire_once = plan_fires(&s, due, now, now, MisfirePolicy::FireOnce, 10, GRACE);
         assert!(fire_once.misfired);
         assert_eq!(fire_once.fire_times, [at("2026-11-21T10:00:30Z")]);
         assert_eq!(fire_once.next_fire_at, Some(at("2026-11-21T10:00:31Z")));
 
-        let skip = plan_fires(&s, due, now, MisfirePolicy::Skip, 10, GRACE);
+        let skip = plan_fires(&s, due, now, now, MisfirePolicy::Skip, 10, GRACE);
         assert_eq!(skip.fire_times.first(), Some(&at("2026-11-21T10:00:26Z")));
         assert_eq!(skip.fire_times.len(), 5, "only fires within grace");
 
-        let catch_up = plan_fires(&s, due, now, MisfirePolicy::CatchUp, 3, GRACE);
+        let catch_up = plan_fires(&s, due, now, now, MisfirePolicy::CatchUp, 3, GRACE);
         assert_eq!(
             catch_up.fire_times,
             [
@@ -184,7 +241,7 @@ mod tests {
                 at("2026-11-21T10:00:30Z")
             ]
         );
-        let catch_all = plan_fires(&s, due, now, MisfirePolicy::CatchUp, 1000, GRACE);
+        let catch_all = plan_fires(&s, due, now, now, MisfirePolicy::CatchUp, 1000, GRACE);
         assert_eq!(catch_all.fire_times.len(), 31);
     }
 
@@ -192,10 +249,26 @@ mod tests {
     fn past_one_shot_follows_policy() {
         let t = at("2026-11-20T10:00:00Z");
         let now = at("2026-11-21T10:00:00Z");
-        let once = plan_fires(&Schedule::At(t), t, now, MisfirePolicy::FireOnce, 10, GRACE);
+        let once = plan_fires(
+            &Schedule::At(t),
+            t,
+            now,
+            now,
+            MisfirePolicy::FireOnce,
+            10,
+            GRACE,
+        );
         assert_eq!(once.fire_times, [t]);
         assert_eq!(once.next_fire_at, None);
-        let skip = plan_fires(&Schedule::At(t), t, now, MisfirePolicy::Skip, 10, GRACE);
+        let skip = plan_fires(
+            &Schedule::At(t),
+            t,
+            now,
+            now,
+            MisfirePolicy::Skip,
+            10,
+            GRACE,
+        );
         assert!(skip.fire_times.is_empty());
         assert_eq!(skip.next_fire_at, None);
     }
@@ -205,7 +278,7 @@ mod tests {
         let s = cron("* * * * * *");
         let due = at("2026-10-21T10:00:00Z");
         let now = at("2026-11-21T10:00:00.200Z");
-        let plan = plan_fires(&s, due, now, MisfirePolicy::CatchUp, 5, GRACE);
+        let plan = plan_fires(&s, due, now, now, MisfirePolicy::CatchUp, 5, GRACE);
         assert_eq!(plan.fire_times.len(), 5);
         assert_eq!(plan.fire_times.last(), Some(&at("2026-11-21T10:00:00Z")));
         assert_eq!(plan.next_fire_at, Some(at("2026-11-21T10:00:01Z")));
@@ -230,7 +303,7 @@ mod tests {
             let s = every(interval_s);
             let due = at("2026-11-21T10:00:00Z");
             let now = due + Duration::milliseconds(late_ms);
-            let plan = plan_fires(&s, due, now, policy, limit, GRACE);
+            let plan = plan_fires(&s, due, now, now, policy, limit, GRACE);
             prop_assert!(plan.fire_times.windows(2).all(|w| w[0] < w[1]));
             prop_assert!(plan.fire_times.iter().all(|t| *t >= due && *t <= now));
             let next = plan.next_fire_at.unwrap();
@@ -245,6 +318,30 @@ mod tests {
             } else {
                 prop_assert!(!plan.fire_times.is_empty());
             }
+        }
+
+        #[test]
+        fn armed_plans_stay_on_schedule(
+            interval_s in 1i64..600,
+            offset_ms in -3_000i64..3_000,
+            ahead_ms in 0i64..5_000,
+            policy in policy(),
+        ) {
+            let s = every(interval_s);
+            let due = at("2026-11-21T10:00:00Z");
+            let now = due + Duration::milliseconds(offset_ms);
+            let until = now + Duration::milliseconds(ahead_ms);
+            let plan = plan_fires(&s, due, now, until, policy, 10, GRACE);
+            // Never a fire beyond the horizon, never one skipped: the next fire time is
+            // the first point after everything planned.
+            prop_assert!(plan.fire_times.iter().all(|t| *t >= due && *t <= until));
+            prop_assert_eq!(plan.fire_times.is_empty(), due > until);
+            let next = plan.next_fire_at.unwrap();
+            prop_assert!(next > until || due > until);
+            if let Some(last) = plan.fire_times.last() {
+                prop_assert_eq!(s.next_after(due, *last), Some(next));
+            }
+            prop_assert!(!plan.misfired);
         }
 
         #[test]

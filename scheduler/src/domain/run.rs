@@ -151,7 +151,8 @@ pub struct Run {
     /// How long an acked attempt may go without a result or heartbeat (frozen from the job).
     pub run_timeout: std::time::Duration,
     /// When the reconciler looks at the run next: for `scheduled`, when it entered that
-    /// state (re-published once it is `republish_after` old); `dispatched`: the ack
+    /// state or, for a fire armed ahead of time, its fire time (re-published once it is
+    /// `republish_after` old); `dispatched`: the ack
     /// deadline; `acked`: the result deadline (moved by heartbeats); `failed`: when the
     /// retry is due; `dead`: set until the dead letter is confirmed. None once nothing is
     /// pending.
@@ -202,7 +203,8 @@ impl Run {
             error: None,
             ack_timeout: super::job::limits::DEFAULT_ACK_TIMEOUT,
             run_timeout: super::job::limits::DEFAULT_RUN_TIMEOUT,
-            due_at: Some(super::schedule::truncate_ms(now)),
+            // An armed fire (recorded ahead of its time) is not overdue before it is due.
+            due_at: Some(super::schedule::truncate_ms(now.max(fire_time))),
             history: Vec::new(),
             progress: None,
             heartbeat_at: None,

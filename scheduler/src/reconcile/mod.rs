@@ -3,7 +3,9 @@
 //! table) of the shards this node holds, and for each:
 //!
 //! - `scheduled` longer than `republish_after` (publish failed, or the node stopped
-//!   between commit and confirm): publish again, same attempt;
+//!   between commit and confirm): publish again, same attempt. On start and on gaining
+//!   shards every `scheduled` run is taken at once, including fires the previous owner
+//!   armed up to `fire_ahead` before their time (the dispatcher holds those until then);
 //! - `dispatched` past the ack timeout, or `acked` past the run timeout (heartbeats move
 //!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out;
 //! - `failed` whose backoff elapsed: publish the next attempt;
@@ -49,6 +51,30 @@ pub struct ReconcileSettings {
     pub republish_after: Duration,
     /// Time between passes.
     pub interval: Duration,
+    /// How far ahead the timer arms fires: a pass taking over shards collects
+    /// `scheduled` runs due up to this long from now.
+    pub fire_ahead: Duration,
+}
+
+/// Why a pass runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PassKind {
+    /// Every `interval`.
+    Periodic,
+    /// The first pass of this process.
+    Start,
+    /// This node just gained shards.
+    Takeover,
+}
+
+impl PassKind {
+    /// The `reason` label of the re-publishes of `scheduled` runs.
+    fn reason(self) -> &'static str {
+        match self {
+            PassKind::Periodic | PassKind::Start => "unconfirmed",
+            PassKind::Takeover => "takeover",
+        }
+    }
 }
 
 /// What one pass did.
@@ -94,35 +120,42 @@ impl Reconciler {
     /// One pass over the overdue runs of this node's shards.
     pub async fn run_once(&self) -> Result<PassReport, StoreError> {
         let shards = self.ownership.shard_filter();
-        self.pass(
-            self.settings.republish_after,
-            shards.as_deref(),
-            "unconfirmed",
-        )
-        .await
+        self.pass(PassKind::Periodic, shards.as_deref()).await
     }
 
-    /// Acts on the runs of `shards` that are overdue now (`scheduled` ones: older than
-    /// `age`). `reason` labels the re-publishes of `scheduled` runs.
-    async fn pass(
-        &self,
-        age: Duration,
-        shards: Option<&[u32]>,
-        reason: &'static str,
-    ) -> Result<PassReport, StoreError> {
+    /// Where `scheduled` runs count as overdue, relative to now: `republish_after` ago
+    /// for a periodic pass; at start and on a takeover `fire_ahead` from now, as nobody
+    /// else will publish the runs a previous owner recorded, armed ones included.
+    fn unconfirmed_cutoff(&self, kind: PassKind) -> chrono::Duration {
+        let bounded = |d: Duration| chrono::Duration::from_std(d).expect("bounded setting");
+        match kind {
+            PassKind::Periodic => -bounded(self.settings.republish_after),
+            PassKind::Start | PassKind::Takeover => bounded(self.settings.fire_ahead),
+        }
+    }
+
+    /// Acts on the runs of `shards` that are overdue now (`scheduled` ones: see
+    /// [`Self::unconfirmed_cutoff`]).
+    async fn pass(&self, kind: PassKind, shards: Option<&[u32]>) -> Result<PassReport, StoreError> {
+        let unconfirmed = self.unconfirmed_cutoff(kind);
+        let reason = kind.reason();
         let mut report = PassReport::default();
         if shards.is_some_and(<[u32]>::is_empty) {
             return Ok(report);
         }
+        let mut cursor = None;
         loop {
             let now = Utc::now();
-            let cutoff = now - chrono::Duration::from_std(age).expect("bounded");
+            let cutoff = now + unconfirmed;
             let overdue = self
                 .store
-                .overdue_runs(now, cutoff, PASS_LIMIT, shards)
+                .overdue_runs(now, cutoff, cursor, PASS_LIMIT, shards)
                 .await?;
             let count = overdue.len();
             let republished_before = report.republished;
+            cursor = overdue
+                .last()
+                .and_then(|item| Some((item.run.due_at?, item.run.id)));
             report.examined += count;
             let mut dead = Vec::new();
             for item in overdue {
@@ -168,12 +201,14 @@ impl Reconciler {
                     "reconciled overdue runs"
                 );
             }
-            // A takeover drains every page at once. A periodic pass goes on while its pages
-            // only held runs it moved on (timeouts, retries: they leave the overdue set, so
-            // the work follows the overdue runs); re-published `scheduled` runs stay
-            // overdue until confirmed, so a page with any leaves the rest to the next pass.
+            // A takeover walks every page (the cursor steps past re-published `scheduled`
+            // runs, which stay overdue until confirmed). A periodic pass goes on while its
+            // pages only held runs it moved on (timeouts, retries: they leave the overdue
+            // set, so the work follows the overdue runs); a page that re-published any
+            // leaves the rest to the next pass, so an outage is not re-read every second.
             let moved_on = report.republished == republished_before;
-            if count < PASS_LIMIT as usize || !(reason == "takeover" || moved_on) {
+            let walk_all = kind != PassKind::Periodic;
+            if count < PASS_LIMIT as usize || cursor.is_none() || !(walk_all || moved_on) {
                 return Ok(report);
             }
         }
@@ -287,24 +322,27 @@ impl Reconciler {
     pub async fn run(self, cancel: CancellationToken) {
         let mut leases = self.ownership.subscribe();
         let mut known: BTreeSet<u32> = BTreeSet::new();
-        let mut age = Duration::ZERO;
+        let mut started = false;
         let mut next_pass = tokio::time::Instant::now();
         loop {
             let held: BTreeSet<u32> = self.ownership.current().shards().collect();
             let gained: Vec<u32> = held.difference(&known).copied().collect();
             known = held;
-            if !gained.is_empty() && age > Duration::ZERO {
+            if !gained.is_empty() && started {
                 // The previous owner may have recorded runs it never got confirmed.
                 let shards = self.ownership.shard_filter().map(|_| gained);
-                self.report(
-                    self.pass(Duration::ZERO, shards.as_deref(), "takeover")
-                        .await,
-                );
+                self.report(self.pass(PassKind::Takeover, shards.as_deref()).await);
             }
             if tokio::time::Instant::now() >= next_pass {
+                // The first pass takes over what a previous process left.
                 let shards = self.ownership.shard_filter();
-                self.report(self.pass(age, shards.as_deref(), "unconfirmed").await);
-                age = self.settings.republish_after;
+                let kind = if started {
+                    PassKind::Periodic
+                } else {
+                    PassKind::Start
+                };
+                self.report(self.pass(kind, shards.as_deref()).await);
+                started = true;
                 next_pass = tokio::time::Instant::now() + self.settings.interval;
             }
             tokio::select! {

@@ -160,6 +160,9 @@ pub struct Firing {
     /// whose shard this node still holds with exactly this token, unexpired by the
     /// database's clock. `None` on a single-node store, where the file lock is the fence.
     pub fence: Option<Vec<ShardToken>>,
+    /// How far ahead on-time fires are armed: recorded now, published at their fire time
+    /// (see [`crate::domain::misfire`]). Zero records only what is due.
+    pub ahead: Duration,
 }
 
 /// What [`Store::fire`] did.
@@ -181,6 +184,10 @@ pub struct FireBatch {
     /// Zone jobs whose fire had no zone to run in (no zone list of their own, and no
     /// zone with live consumers); their schedule advanced.
     pub skipped_no_zone: Vec<Uuid>,
+    /// Jobs due within the arming horizon that may not be armed (overlap `forbid`:
+    /// whether the previous run finished is only known at the fire time). The timer
+    /// holds them until their due time.
+    pub unarmed: Vec<Uuid>,
 }
 
 /// What a reply did to its run.
@@ -290,7 +297,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Replaces a job's definition, pause state and version with `job`'s, if the stored
     /// version is still `expected_version`; its next fire time too when `set_next_fire`
-    /// (see [`crate::domain::job::reschedules`]). Returns the job as stored.
+    /// (see [`crate::domain::job::reschedules`]). Fires armed ahead of time and not yet
+    /// due (first attempts of scheduled fires after `job.updated_at`, still `scheduled`)
+    /// are withdrawn: deleted, and unless the next fire time is set anew it moves back to
+    /// the earliest of them, so they are armed again from the new definition (or not at
+    /// all, if the job is now paused). Returns the job as stored.
     async fn update_job(
         &self,
         job: &Job,
@@ -365,13 +376,16 @@ pub trait Store: Send + Sync + 'static {
     async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError>;
 
     /// Runs past their `due_at` at `now`, most overdue first, with their jobs — except
-    /// `scheduled` runs, which are overdue only once their `due_at` is before
-    /// `unconfirmed_before`. Reads only through the `due_at` index, so the cost follows
-    /// the number of overdue runs. `shards` limits it to jobs in those shards.
+    /// `scheduled` runs, which are overdue once their `due_at` is before
+    /// `unconfirmed_before` (before `now` for a periodic pass; after it when a takeover
+    /// collects the fires the previous owner armed ahead of time). Reads only through the `due_at` index, so the cost follows
+    /// the number of overdue runs. `shards` limits it to jobs in those shards; `after`
+    /// is the (`due_at`, id) of the previous page's last run.
     async fn overdue_runs(
         &self,
         now: DateTime<Utc>,
         unconfirmed_before: DateTime<Utc>,
+        after: Option<(DateTime<Utc>, Uuid)>,
         limit: u32,
         shards: Option<&[u32]>,
     ) -> Result<Vec<OverdueRun>, StoreError>;
@@ -583,30 +597,34 @@ pub(crate) struct FirePlanBatch {
 /// Runs the locked job rows through [`Job::fires_due`]; shared by both backends' fire
 /// transactions. `requested` ids with no row (deleted jobs) leave the timer. Jobs in
 /// `busy` have an unfinished run: if their overlap policy is `forbid`, their due fires
-/// are skipped (the schedule still advances). Runs are stamped with `node`.
+/// are skipped (the schedule still advances). Fires are armed `firing.ahead` of time,
+/// except for `forbid` jobs; runs are stamped with `firing.node`.
 pub(crate) fn plan_batch(
     requested: &[Uuid],
     jobs: &[Job],
     busy: &HashSet<Uuid>,
     now: DateTime<Utc>,
     grace: Duration,
-    node: &str,
+    firing: &Firing,
     live: &LiveZones,
 ) -> FirePlanBatch {
+    let node = firing.node.as_str();
     let mut plan = FirePlanBatch {
         runs: Vec::new(),
         advance: Vec::new(),
         batch: FireBatch::default(),
     };
     for job in jobs {
-        let mut fires = job.fires_due(now, grace, live);
+        let forbid = job.spec.settings.overlap == OverlapPolicy::Forbid;
+        let until = if forbid { now } else { now + firing.ahead };
+        if forbid && job.timer_entry().is_some_and(|due| due > now) {
+            plan.batch.unarmed.push(job.id);
+        }
+        let mut fires = job.fires_due(now, until, grace, live);
         if fires.runs.is_empty() && fires.fire_times > 0 && needs_live_zones(job) {
             plan.batch.skipped_no_zone.push(job.id);
         }
-        if !fires.runs.is_empty()
-            && job.spec.settings.overlap == OverlapPolicy::Forbid
-            && busy.contains(&job.id)
-        {
+        if !fires.runs.is_empty() && forbid && busy.contains(&job.id) {
             fires.runs.clear();
             plan.batch.skipped_overlap.push(job.id);
         }

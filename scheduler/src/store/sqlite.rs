@@ -30,14 +30,18 @@ use crate::domain::{
     Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger,
 };
 
-/// The reconciler's filter: `due_at` past (`?1`; `scheduled` runs: past `?2`), jobs of
-/// the shards in `?3` (JSON array or NULL), most overdue first, at most `?4`.
+/// The reconciler's filter: `due_at` past (`?1`; `scheduled` runs: past `?2`, which may be
+/// later than `?1` when armed fires are taken over), jobs of the shards in `?3` (JSON
+/// array or NULL), after the cursor (`?5`, `?6`) unless NULL, most overdue first, at
+/// most `?4`.
 macro_rules! overdue_filter {
     () => {
-        "WHERE due_at < ?1 AND (state <> 'scheduled' OR due_at < ?2)
+        "WHERE due_at < max(?1, ?2)
+           AND (CASE WHEN state = 'scheduled' THEN due_at < ?2 ELSE due_at < ?1 END)
            AND (?3 IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = runs.job_id
                                       AND j.shard IN (SELECT value FROM json_each(?3))))
-         ORDER BY due_at LIMIT ?4"
+           AND (?5 IS NULL OR (due_at, id) > (?5, ?6))
+         ORDER BY due_at, id LIMIT ?4"
     };
 }
 
@@ -433,6 +437,32 @@ impl Store for SqliteStore {
             Err(e) => return Err(job_write_error(e, job)),
         };
         if let Some(row) = row {
+            let withdrawn: Vec<i64> = sqlx::query_scalar(
+                "DELETE FROM runs WHERE job_id = ?1 AND fire_time > ?2 AND state = 'scheduled'
+                   AND attempt = 1 AND trigger = 'schedule'
+                 RETURNING fire_time",
+            )
+            .bind(job.id.to_string())
+            .bind(ms(job.updated_at))
+            .fetch_all(&mut *tx)
+            .await?;
+            let row = match withdrawn.into_iter().min().filter(|_| !set_next_fire) {
+                // Armed again from the new definition when it comes due.
+                Some(earliest) => {
+                    sqlx::query(concat!(
+                        "UPDATE jobs SET next_fire_at = CASE
+                             WHEN next_fire_at IS NULL OR next_fire_at > ?2 THEN ?2
+                             ELSE next_fire_at END
+                         WHERE id = ?1 RETURNING ",
+                        job_columns!()
+                    ))
+                    .bind(job.id.to_string())
+                    .bind(earliest)
+                    .fetch_one(&mut *tx)
+                    .await?
+                }
+                None => row,
+            };
             let stored = job_from_row(&row)?;
             tx.commit().await?;
             return Ok(stored);
@@ -540,7 +570,7 @@ impl Store for SqliteStore {
         } else {
             LiveZones::default()
         };
-        let plan = plan_batch(job_ids, &jobs, &busy, now, grace, &firing.node, &live);
+        let plan = plan_batch(job_ids, &jobs, &busy, now, grace, firing, &live);
         let mut batch = plan.batch;
         for (run, task) in plan.runs {
             if insert_run(&mut *tx, &run).await? {
@@ -779,6 +809,7 @@ impl Store for SqliteStore {
         &self,
         now: DateTime<Utc>,
         unconfirmed_before: DateTime<Utc>,
+        after: Option<(DateTime<Utc>, Uuid)>,
         limit: u32,
         shards: Option<&[u32]>,
     ) -> Result<Vec<OverdueRun>, StoreError> {
@@ -792,6 +823,8 @@ impl Store for SqliteStore {
         .bind(ms(unconfirmed_before))
         .bind(shard_list(shards))
         .bind(limit)
+        .bind(after.map(|(at, _)| ms(at)))
+        .bind(after.map(|(_, id)| id.to_string()))
         .fetch_all(&self.pool)
         .await?
         .iter()
@@ -1033,6 +1066,8 @@ impl SqliteStore {
         .bind(now)
         .bind(shard_list(shards))
         .bind(1000)
+        .bind(None::<i64>)
+        .bind(None::<String>)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()

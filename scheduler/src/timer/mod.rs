@@ -10,6 +10,16 @@
 //! whatever order their notices arrive in. The queue is only a hint: the fire transaction
 //! re-reads each job and fires only what the stored row says is due.
 //!
+//! Fires are *armed* `fire_ahead` before their time: the queue orders jobs by when to
+//! arm them (due time − `fire_ahead`), and the fire transaction records every on-time
+//! fire up to the arming horizon. The dispatcher holds each recorded task until its fire
+//! time, so a herd of jobs due together is in the store before its instant and only
+//! publishing is left then. Jobs with `overlap: forbid` are not armed (whether their
+//! previous run finished is only known at the fire time): the store reports them and
+//! the timer holds them until they are due. A change to a job withdraws its armed fires
+//! in the store (see [`Store::update_job`]) and the dispatcher re-checks the tasks it
+//! holds for that job.
+//!
 //! In a cluster the timer holds only jobs of the shards this node leases ([`Ownership`]).
 //! When the set of shards changes it drops the others and reloads its window; it fires a
 //! job only while its lease is trusted, and the fire transaction re-checks the lease's
@@ -17,7 +27,7 @@
 
 pub mod queue;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use tokio::{sync::mpsc, time::Instant};
@@ -78,7 +88,14 @@ pub struct TimerSettings {
     pub lookahead: Duration,
     /// Lateness past which a fire counts as missed.
     pub misfire_grace: Duration,
+    /// How far ahead of their time fires are recorded (zero: when due).
+    pub fire_ahead: Duration,
 }
+
+/// Fires are armed in slices of this fraction of `fire_ahead` (so between 90 % and
+/// 100 % of it ahead), one transaction per slice rather than one per job when jobs
+/// come due a few milliseconds apart.
+const ARM_SLICES: i32 = 10;
 
 /// The timer service.
 pub struct Timer {
@@ -91,6 +108,10 @@ pub struct Timer {
     queue: TimerQueue,
     lookahead: chrono::Duration,
     grace: chrono::Duration,
+    /// `fire_ahead`.
+    ahead: chrono::Duration,
+    /// One arming slice: jobs whose arm time falls within it are armed together.
+    slice: chrono::Duration,
     /// Every active job due before this instant is in `queue` (or being fired).
     horizon: Option<DateTime<Utc>>,
     retry: Backoff,
@@ -114,6 +135,9 @@ impl Timer {
             queue: TimerQueue::new(),
             lookahead: chrono::Duration::from_std(settings.lookahead).expect("bounded lookahead"),
             grace: chrono::Duration::from_std(settings.misfire_grace).expect("bounded grace"),
+            ahead: chrono::Duration::from_std(settings.fire_ahead).expect("bounded fire_ahead"),
+            slice: chrono::Duration::from_std(settings.fire_ahead).expect("bounded fire_ahead")
+                / ARM_SLICES,
             horizon: None,
             retry: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
         };
@@ -170,11 +194,12 @@ impl Timer {
         }
     }
 
-    /// Fires every job due at `now`; returns how many runs were recorded.
+    /// Fires every job due at `now`, arming those due within `fire_ahead` (and the
+    /// current slice); returns how many runs were recorded.
     pub async fn fire_due(&mut self, now: DateTime<Utc>) -> usize {
         let mut recorded = 0;
         loop {
-            let due = self.queue.pop_due(now, FIRE_BATCH);
+            let due = self.queue.pop_due(now + self.slice, FIRE_BATCH);
             if due.is_empty() {
                 break;
             }
@@ -182,7 +207,8 @@ impl Timer {
             if due.is_empty() {
                 continue;
             }
-            match self.fire(&due, now).await {
+            // A big herd takes a while to record: judge each batch at the real time.
+            match self.fire(&due, Utc::now().max(now)).await {
                 Ok(n) => recorded += n,
                 Err(error) => {
                     let delay = self.retry.next_delay();
@@ -225,6 +251,8 @@ impl Timer {
                 .ownership
                 .current()
                 .fence(jobs.iter().map(|job| self.ownership.shard_of(*job))),
+            // A job popped anywhere in the current slice is armed in full.
+            ahead: self.ahead + self.slice,
         };
         let batch = self.store.fire(jobs, now, self.grace, &firing).await?;
         self.retry.reset();
@@ -257,8 +285,9 @@ impl Timer {
         for policy in &batch.misfired {
             metrics::counter!(telemetry::MISFIRES, "policy" => policy.as_str()).increment(1);
         }
+        let unarmed: HashSet<Uuid> = batch.unarmed.into_iter().collect();
         for (job, next) in batch.next_fire {
-            self.apply(job, next);
+            self.apply(job, next, !unarmed.contains(&job));
         }
         let recorded = batch.recorded.len();
         metrics::counter!(telemetry::FIRES, "trigger" => "schedule").increment(recorded as u64);
@@ -282,7 +311,7 @@ impl Timer {
                 .due_jobs(cursor, new_horizon, REFILL_PAGE, shards.as_deref())
                 .await?;
             for (job, at) in &page {
-                self.queue.set(*job, Some(*at));
+                self.queue.set(*job, Some(arm_time(*at, self.ahead, true)));
             }
             match page.last() {
                 Some((job, at)) if page.len() == REFILL_PAGE as usize => cursor = (*at, *job),
@@ -297,26 +326,35 @@ impl Timer {
     /// Takes a changed job's stored state. If the store cannot say, the job is woken soon
     /// and the fire transaction, which reads the row, decides.
     async fn reload(&mut self, job: Uuid) {
+        // Whatever the change, the tasks already armed for this job are checked against
+        // the store again before they go out (the change may have withdrawn them).
+        self.dispatch.job_changed(job);
         match self.store.get_job(job).await {
-            Ok(stored) => self.apply(job, stored.as_ref().and_then(Job::timer_entry)),
+            Ok(stored) => self.apply(job, stored.as_ref().and_then(Job::timer_entry), true),
             Err(error) => {
                 warn!(%error, %job, "cannot read a changed job; checking it when due");
-                self.apply(job, Some(Utc::now() + chrono::Duration::seconds(1)));
+                self.apply(job, Some(Utc::now() + chrono::Duration::seconds(1)), false);
             }
         }
     }
 
-    /// Holds `job` at `at` if that falls inside the loaded window; otherwise the next
-    /// refill will load it.
-    fn apply(&mut self, job: Uuid, at: Option<DateTime<Utc>>) {
+    /// Holds `job`, due at `at`, if that falls inside the loaded window (otherwise the
+    /// next refill will load it): to be armed ahead of time if `armable`, else at `at`.
+    fn apply(&mut self, job: Uuid, at: Option<DateTime<Utc>>, armable: bool) {
         let held = self
             .ownership
             .current()
             .get(self.ownership.shard_of(job))
             .is_some();
         let inside = at.filter(|at| held && self.horizon.is_some_and(|h| *at < h));
-        self.queue.set(job, inside);
+        self.queue
+            .set(job, inside.map(|due| arm_time(due, self.ahead, armable)));
     }
+}
+
+/// When the timer takes up a job due at `due`: `ahead` earlier if it may be armed.
+fn arm_time(due: DateTime<Utc>, ahead: chrono::Duration, armable: bool) -> DateTime<Utc> {
+    if armable { due - ahead } else { due }
 }
 
 fn instant_of(at: DateTime<Utc>) -> Instant {

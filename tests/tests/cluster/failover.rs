@@ -124,10 +124,13 @@ async fn a_frozen_node_publishes_nothing_for_shards_it_lost() {
     }
     eprintln!("the frozen node published {after_waking} tasks after waking, none stale");
     // What the store says: every fire due while it was frozen was recorded by another
-    // node.
+    // node — except fires it had armed before freezing (up to `fire_ahead` ahead, under
+    // its lease then), which the shards' new owners published.
     let by_frozen_while_away: Vec<_> = runs
         .iter()
-        .filter(|r| r.fired_by.as_deref() == Some(&frozen) && while_away(r))
+        .filter(|r| {
+            r.fired_by.as_deref() == Some(&frozen) && while_away(r) && r.created_at > stopped
+        })
         .collect();
     assert!(
         by_frozen_while_away.is_empty(),

@@ -191,14 +191,18 @@ fn expect_sql(n: usize) -> String {
     )
 }
 
-/// The reconciler's filter: `due_at` past `$1` (`scheduled` runs: past `$2`), jobs of the
-/// shards in `$3` (or every shard when NULL), most overdue first, at most `$4`.
+/// The reconciler's filter: `due_at` past `$1` (`scheduled` runs: past `$2`, which may
+/// be later than `$1` when armed fires are taken over), jobs of the shards in `$3` (or
+/// every shard when NULL), after the cursor (`$5`, `$6`) unless NULL, most overdue
+/// first, at most `$4`.
 macro_rules! overdue_filter {
     () => {
-        "WHERE due_at < $1 AND (state <> 'scheduled' OR due_at < $2)
+        "WHERE due_at < GREATEST($1, $2)
+           AND (CASE WHEN state = 'scheduled' THEN due_at < $2 ELSE due_at < $1 END)
            AND ($3::int[] IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = runs.job_id
                                              AND j.shard = ANY($3)))
-         ORDER BY due_at LIMIT $4"
+           AND ($5::timestamptz IS NULL OR (due_at, id) > ($5, $6::uuid))
+         ORDER BY due_at, id LIMIT $4"
     };
 }
 
@@ -377,6 +381,7 @@ impl Store for PostgresStore {
         expected_version: i64,
         set_next_fire: bool,
     ) -> Result<Job, StoreError> {
+        let mut tx = self.pool.begin().await?;
         let updated = sqlx::query(concat!(
             "UPDATE jobs SET app = $1, name = $2, settings = $3, paused = $4, version = $5,
                  next_fire_at = CASE WHEN $6 THEN $7 ELSE next_fire_at END, updated_at = $8
@@ -393,10 +398,35 @@ impl Store for PostgresStore {
         .bind(job.updated_at)
         .bind(job.id)
         .bind(expected_version)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await;
         match updated {
             Ok(Some(row)) => {
+                let withdrawn: Vec<DateTime<Utc>> = sqlx::query_scalar(
+                    "DELETE FROM runs WHERE job_id = $1 AND fire_time > $2 AND state = 'scheduled'
+                       AND attempt = 1 AND trigger = 'schedule'
+                     RETURNING fire_time",
+                )
+                .bind(job.id)
+                .bind(job.updated_at)
+                .fetch_all(&mut *tx)
+                .await?;
+                let row = match withdrawn.into_iter().min().filter(|_| !set_next_fire) {
+                    // Armed again from the new definition when it comes due.
+                    Some(earliest) => {
+                        sqlx::query(concat!(
+                            "UPDATE jobs SET next_fire_at = LEAST(next_fire_at, $2)
+                             WHERE id = $1 RETURNING ",
+                            job_columns!()
+                        ))
+                        .bind(job.id)
+                        .bind(earliest)
+                        .fetch_one(&mut *tx)
+                        .await?
+                    }
+                    None => row,
+                };
+                tx.commit().await?;
                 self.notify_job_changed(job.id).await?;
                 return job_from_row(&row);
             }
@@ -405,7 +435,7 @@ impl Store for PostgresStore {
         }
         let current: Option<i64> = sqlx::query_scalar("SELECT version FROM jobs WHERE id = $1")
             .bind(job.id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await?;
         Err(match current {
             None => StoreError::JobNotFound(job.id),
@@ -507,7 +537,7 @@ impl Store for PostgresStore {
         } else {
             LiveZones::default()
         };
-        let plan = plan_batch(&job_ids, &jobs, &busy, now, grace, &firing.node, &live);
+        let plan = plan_batch(&job_ids, &jobs, &busy, now, grace, firing, &live);
         let mut batch = plan.batch;
         batch.fenced = fenced;
         let mut columns = RunColumns::default();
@@ -739,6 +769,7 @@ impl Store for PostgresStore {
         &self,
         now: DateTime<Utc>,
         unconfirmed_before: DateTime<Utc>,
+        after: Option<(DateTime<Utc>, Uuid)>,
         limit: u32,
         shards: Option<&[u32]>,
     ) -> Result<Vec<OverdueRun>, StoreError> {
@@ -752,6 +783,8 @@ impl Store for PostgresStore {
         .bind(unconfirmed_before)
         .bind(shard_array(shards))
         .bind(i64::from(limit))
+        .bind(after.map(|(at, _)| at))
+        .bind(after.map(|(_, id)| id))
         .fetch_all(&self.pool)
         .await?
         .iter()
@@ -986,6 +1019,8 @@ impl PostgresStore {
         .bind(now)
         .bind(shard_array(shards))
         .bind(1000_i64)
+        .bind(None::<DateTime<Utc>>)
+        .bind(None::<Uuid>)
         .fetch_one(&self.pool)
         .await?;
         Ok(plan.0)
