@@ -375,7 +375,9 @@ impl Dispatcher {
 
     fn enqueue(&mut self, outgoing: Outgoing) {
         let id = outgoing.task.task_id;
-        let armed = outgoing.task.fire_time > Utc::now();
+        // Only a first attempt can be ahead of its time; a later attempt goes out now
+        // whatever its run says.
+        let armed = outgoing.task.attempt == 1 && outgoing.task.fire_time > Utc::now();
         if armed && self.held.contains(id) {
             self.held.hold(outgoing);
             return;
