@@ -270,14 +270,8 @@ impl Dispatcher {
             }
             self.absorb_submissions();
             self.release_due();
-            while !self.pending.is_empty() && self.in_flight < MAX_IN_FLIGHT {
-                match self.publish_next_batch(&channel).await {
-                    Ok(Some(batch)) => in_flight.push(batch),
-                    Ok(None) => {}
-                    Err(broken) => {
-                        return self.break_session(broken, &mut in_flight).await;
-                    }
-                }
+            if let Err(broken) = self.fill(&channel, &mut in_flight).await {
+                return self.break_session(broken, &mut in_flight).await;
             }
             let release = self
                 .held
@@ -313,21 +307,27 @@ impl Dispatcher {
         self.absorb_submissions();
         self.release_due();
         loop {
-            while !self.pending.is_empty() && self.in_flight < MAX_IN_FLIGHT {
-                if let Some(batch) = self
-                    .publish_next_batch(channel)
-                    .await
-                    .map_err(|b| b.reason)?
-                {
-                    in_flight.push(batch);
-                }
-            }
+            self.fill(channel, in_flight).await.map_err(|b| b.reason)?;
             match in_flight.next().await {
                 Some(confirmed) => self.settle(confirmed).map_err(|b| b.reason)?,
                 None if self.pending.is_empty() => return Ok(()),
                 None => {}
             }
         }
+    }
+
+    /// Publishes pending tasks while fewer than [`MAX_IN_FLIGHT`] await their confirms.
+    async fn fill(
+        &mut self,
+        channel: &Channel,
+        in_flight: &mut FuturesUnordered<InFlight>,
+    ) -> Result<(), Broken> {
+        while !self.pending.is_empty() && self.in_flight < MAX_IN_FLIGHT {
+            if let Some(batch) = self.publish_next_batch(channel).await? {
+                in_flight.push(batch);
+            }
+        }
+        Ok(())
     }
 
     /// The channel broke: waits for the confirms still on their way (they fail fast

@@ -144,9 +144,6 @@ impl Reconciler {
             return Ok(report);
         }
         let mut cursor = None;
-        // A pass that walks every page meets the runs it just moved on (now `scheduled`
-        // and due): they are already with the dispatcher.
-        let mut handled = std::collections::HashSet::new();
         loop {
             let now = Utc::now();
             let cutoff = now + unconfirmed;
@@ -162,9 +159,6 @@ impl Reconciler {
             report.examined += count;
             let mut dead = Vec::new();
             for item in overdue {
-                if !handled.insert(item.run.id) {
-                    continue;
-                }
                 if item.run.mode == DeliveryMode::Broadcast
                     && matches!(item.run.state, RunState::Dispatched | RunState::Acked)
                 {

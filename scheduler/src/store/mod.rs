@@ -184,9 +184,8 @@ pub struct FireBatch {
     /// Zone jobs whose fire had no zone to run in (no zone list of their own, and no
     /// zone with live consumers); their schedule advanced.
     pub skipped_no_zone: Vec<Uuid>,
-    /// Jobs due within the arming horizon that may not be armed (overlap `forbid`:
-    /// whether the previous run finished is only known at the fire time). The timer
-    /// holds them until their due time.
+    /// Jobs that may not be armed (overlap `forbid`: whether the previous run finished
+    /// is only known at the fire time). The timer holds them until their due time.
     pub unarmed: Vec<Uuid>,
 }
 
@@ -378,9 +377,10 @@ pub trait Store: Send + Sync + 'static {
     /// Runs past their `due_at` at `now`, most overdue first, with their jobs — except
     /// `scheduled` runs, which are overdue once their `due_at` is before
     /// `unconfirmed_before` (before `now` for a periodic pass; after it when a takeover
-    /// collects the fires the previous owner armed ahead of time). Reads only through the `due_at` index, so the cost follows
-    /// the number of overdue runs. `shards` limits it to jobs in those shards; `after`
-    /// is the (`due_at`, id) of the previous page's last run.
+    /// collects the fires the previous owner armed ahead of time). Reads only through
+    /// the `due_at` index, so the cost follows the number of overdue runs. `shards`
+    /// limits it to jobs in those shards; `after` is the (`due_at`, id) of the previous
+    /// page's last run.
     async fn overdue_runs(
         &self,
         now: DateTime<Utc>,
@@ -617,7 +617,7 @@ pub(crate) fn plan_batch(
     for job in jobs {
         let forbid = job.spec.settings.overlap == OverlapPolicy::Forbid;
         let until = if forbid { now } else { now + firing.ahead };
-        if forbid && job.timer_entry().is_some_and(|due| due > now) {
+        if forbid {
             plan.batch.unarmed.push(job.id);
         }
         let mut fires = job.fires_due(now, until, grace, live);

@@ -110,8 +110,6 @@ pub struct Timer {
     grace: chrono::Duration,
     /// `fire_ahead`.
     ahead: chrono::Duration,
-    /// One arming slice: jobs whose arm time falls within it are armed together.
-    slice: chrono::Duration,
     /// Every active job due before this instant is in `queue` (or being fired).
     horizon: Option<DateTime<Utc>>,
     retry: Backoff,
@@ -136,8 +134,6 @@ impl Timer {
             lookahead: chrono::Duration::from_std(settings.lookahead).expect("bounded lookahead"),
             grace: chrono::Duration::from_std(settings.misfire_grace).expect("bounded grace"),
             ahead: chrono::Duration::from_std(settings.fire_ahead).expect("bounded fire_ahead"),
-            slice: chrono::Duration::from_std(settings.fire_ahead).expect("bounded fire_ahead")
-                / ARM_SLICES,
             horizon: None,
             retry: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
         };
@@ -199,7 +195,7 @@ impl Timer {
     pub async fn fire_due(&mut self, now: DateTime<Utc>) -> usize {
         let mut recorded = 0;
         loop {
-            let due = self.queue.pop_due(now + self.slice, FIRE_BATCH);
+            let due = self.queue.pop_due(now + self.slice(), FIRE_BATCH);
             if due.is_empty() {
                 break;
             }
@@ -227,6 +223,11 @@ impl Timer {
         recorded
     }
 
+    /// One arming slice: jobs whose arm time falls within it are armed together.
+    fn slice(&self) -> chrono::Duration {
+        self.ahead / ARM_SLICES
+    }
+
     /// Keeps the jobs whose shard lease is trusted; jobs of held but unproven shards wait
     /// a moment, jobs of shards not held leave the queue.
     fn only_trusted(&mut self, due: Vec<Uuid>, now: DateTime<Utc>) -> Vec<Uuid> {
@@ -252,7 +253,7 @@ impl Timer {
                 .current()
                 .fence(jobs.iter().map(|job| self.ownership.shard_of(*job))),
             // A job popped anywhere in the current slice is armed in full.
-            ahead: self.ahead + self.slice,
+            ahead: self.ahead + self.slice(),
         };
         let batch = self.store.fire(jobs, now, self.grace, &firing).await?;
         self.retry.reset();
