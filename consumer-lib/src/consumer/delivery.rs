@@ -36,6 +36,8 @@ enum DeliveryError {
     Reply(#[from] ReplyError),
     #[error("idempotency store failed: {0}")]
     Idempotency(#[from] IdempotencyError),
+    #[error("shutting down before the handler started")]
+    Stopping,
 }
 
 pub(super) async fn process(delivery: Delivery, shared: &Shared, replies: &ReplyPublisher) {
@@ -71,6 +73,8 @@ pub(super) async fn process(delivery: Delivery, shared: &Shared, replies: &Reply
         }
     };
     match outcome {
+        // Not started: the delivery goes back to the queue when the channel closes.
+        Err(DeliveryError::Stopping) => {}
         Ok(()) => match delivery.ack(BasicAckOptions::default()).await {
             Ok(true) => {}
             Ok(false) | Err(_) => {
@@ -101,10 +105,13 @@ async fn handle(
         #[cfg(feature = "postgres")]
         Some(Registered::Transactional(handler, store)) => {
             use crate::idempotency::TxExecution;
-            replies.send_ack(ctx).await?;
+            let slot = shared.handler_slot().await.ok_or(DeliveryError::Stopping)?;
+            let ack = replies.start_ack(ctx).await?;
             let (running, beats) = start_heartbeats(ctx, shared, replies);
             let executed = store.execute(handler.as_ref(), running).await;
             drop(beats);
+            drop(slot);
+            ack.confirmed().await?;
             let (recorded, replayed) = match executed? {
                 TxExecution::Ran(recorded) => (recorded, false),
                 TxExecution::Replayed(recorded) => (recorded, true),
@@ -119,7 +126,10 @@ async fn handle(
                 replies.send_result(ctx, &recorded, true).await?;
                 return Ok(());
             }
-            replies.send_ack(ctx).await?;
+            let slot = shared.handler_slot().await.ok_or(DeliveryError::Stopping)?;
+            // The handler does not wait for the ack's confirm; the result does (below),
+            // so the scheduler never sees a result without its ack having been queued.
+            let ack = replies.start_ack(ctx).await?;
             let (running, beats) = start_heartbeats(ctx, shared, replies);
             let result = match registered {
                 Some(Registered::Plain(handler)) => catch_panic(|| handler.handle(running)).await,
@@ -130,6 +140,10 @@ async fn handle(
                 ))),
             };
             drop(beats);
+            drop(slot);
+            let acked = ack.confirmed().await;
+            // Recorded even when the ack was lost, so the redelivery replays the
+            // outcome instead of running the handler again.
             let recorded = RecordedOutcome {
                 outcome: outcome_of(&result),
                 finished_at: Utc::now(),
@@ -144,6 +158,7 @@ async fn handle(
                 warn!(%error, task_id = %ctx.task_id(), "could not record the outcome");
             }
             report(ctx, &recorded, false);
+            acked?;
             replies.send_result(ctx, &recorded, false).await?;
             Ok(())
         }

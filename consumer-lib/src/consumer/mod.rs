@@ -16,7 +16,7 @@ mod delivery;
 mod heartbeat;
 mod key_lock;
 mod presence;
-mod replies;
+pub(crate) mod replies;
 mod session;
 
 use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
@@ -101,6 +101,22 @@ pub(crate) struct Shared {
     pub(crate) idempotency: Arc<dyn IdempotencyStore>,
     pub(crate) handlers: Arc<Handlers>,
     pub(crate) key_locks: KeyLocks,
+    /// One permit per handler allowed to run at once (the concurrency). Only the handler
+    /// holds one: waiting for reply confirms does not keep the next task from starting.
+    pub(crate) handler_slots: Arc<Semaphore>,
+    /// Cancelled on shutdown: deliveries still waiting for a slot are left to the close.
+    pub(crate) stopping: CancellationToken,
+}
+
+impl Shared {
+    /// Waits for a handler slot; `None` once shutdown began.
+    pub(crate) async fn handler_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        tokio::select! {
+            biased;
+            () = self.stopping.cancelled() => None,
+            slot = self.handler_slots.clone().acquire_owned() => slot.ok(),
+        }
+    }
 }
 
 impl Consumer {
@@ -153,8 +169,9 @@ impl Consumer {
             idempotency: self.idempotency,
             handlers: self.handlers,
             key_locks: KeyLocks::default(),
+            handler_slots: Arc::new(Semaphore::new(self.settings.concurrency)),
+            stopping: cancel.clone(),
         });
-        let permits = Arc::new(Semaphore::new(self.settings.concurrency));
         let in_flight = TaskTracker::new();
         let mut backoff = Backoff::default();
         let settings = &self.settings;
@@ -181,10 +198,7 @@ impl Consumer {
                 zone = settings.zone.as_deref(), broadcast = settings.broadcast,
                 queues = ?session.queues(), concurrency = settings.concurrency,
                 prefetch = settings.prefetch, "consuming");
-            match session
-                .consume(&shared, &permits, &in_flight, &cancel)
-                .await
-            {
+            match session.consume(&shared, &in_flight, &cancel).await {
                 SessionEnd::Cancelled => {
                     session.drain(&in_flight, settings.drain_timeout).await;
                     return Ok(());

@@ -1,17 +1,19 @@
-//! Publishing acks, results, heartbeats and presence messages to the scheduler, each
-//! confirmed by the broker.
+//! Publishing acks, results, heartbeats, presence and observer registrations to the
+//! scheduler, each confirmed by the broker.
 
 use std::time::Duration;
 
 use chrono::Utc;
-use lapin::{BasicProperties, Channel, Confirmation, options::BasicPublishOptions};
+use lapin::{
+    BasicProperties, Channel, Confirmation, PublisherConfirm, options::BasicPublishOptions,
+};
 
 use crate::{
     handler::TaskContext,
     idempotency::RecordedOutcome,
     protocol::{
-        AckMessage, HeartbeatMessage, PROTOCOL_VERSION, PresenceMessage, Progress, Reply,
-        ResultMessage, topology,
+        AckMessage, HeartbeatMessage, ObserveMessage, PROTOCOL_VERSION, PresenceMessage, Progress,
+        Reply, ResultMessage, topology,
     },
 };
 
@@ -49,8 +51,11 @@ impl ReplyPublisher {
             .await;
     }
 
-    pub(crate) async fn send_ack(&self, ctx: &TaskContext) -> Result<(), ReplyError> {
-        self.publish(Reply::Ack(AckMessage {
+    /// Publishes the ack and returns without waiting for the broker's confirm, so the
+    /// handler starts one broker round trip sooner; await the returned [`PendingReply`]
+    /// before the result goes out.
+    pub(crate) async fn start_ack(&self, ctx: &TaskContext) -> Result<PendingReply, ReplyError> {
+        self.start(Reply::Ack(AckMessage {
             v: PROTOCOL_VERSION,
             task_id: ctx.task_id(),
             attempt: ctx.attempt(),
@@ -113,15 +118,37 @@ impl ReplyPublisher {
         .await
     }
 
+    /// Registers observer `observer`'s `patterns`, so the scheduler publishes copies of
+    /// the tasks they match.
+    pub(crate) async fn send_observe(
+        &self,
+        observer: &str,
+        patterns: &[String],
+    ) -> Result<(), ReplyError> {
+        self.publish(Reply::Observe(ObserveMessage {
+            v: PROTOCOL_VERSION,
+            observer: observer.to_string(),
+            patterns: patterns.to_vec(),
+            at: Utc::now(),
+        }))
+        .await
+    }
+
     async fn publish(&self, reply: Reply) -> Result<(), ReplyError> {
+        self.start(reply).await?.confirmed().await
+    }
+
+    async fn start(&self, reply: Reply) -> Result<PendingReply, ReplyError> {
         let properties = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_delivery_mode(2)
             .with_message_id(
-                reply
-                    .task_id()
-                    .map_or_else(|| "presence".to_string(), |id| id.to_string())
-                    .into(),
+                match &reply {
+                    Reply::Presence(_) => "presence".to_string(),
+                    Reply::Observe(_) => "observe".to_string(),
+                    _ => reply.task_id().map(|id| id.to_string()).unwrap_or_default(),
+                }
+                .into(),
             );
         let confirm = self
             .channel
@@ -136,7 +163,18 @@ impl ReplyPublisher {
                 properties,
             )
             .await?;
-        match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
+        Ok(PendingReply(confirm))
+    }
+}
+
+/// A reply handed to the broker whose confirm has not been awaited yet.
+#[must_use = "a reply counts as sent only once its confirm is awaited"]
+pub(crate) struct PendingReply(PublisherConfirm);
+
+impl PendingReply {
+    /// Waits for the broker's confirm: only a clean ack means the reply is queued.
+    pub(crate) async fn confirmed(self) -> Result<(), ReplyError> {
+        match tokio::time::timeout(CONFIRM_TIMEOUT, self.0).await {
             Err(_) => Err(ReplyError::Timeout),
             Ok(Err(error)) => Err(error.into()),
             Ok(Ok(Confirmation::Ack(None))) | Ok(Ok(Confirmation::NotRequested)) => Ok(()),

@@ -19,7 +19,6 @@ use lapin::{
     options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions},
     types::FieldTable,
 };
-use tokio::sync::Semaphore;
 use tokio_util::{sync::CancellationToken, sync::DropGuard, task::TaskTracker};
 use tracing::{info, warn};
 
@@ -98,21 +97,17 @@ impl Session {
             .collect()
     }
 
-    /// Pulls deliveries from every queue and spawns one task each, never more than the
-    /// concurrency at once.
+    /// Pulls deliveries from every queue and spawns one task each. The broker's prefetch
+    /// bounds how many are open at once; the handler slots in [`Shared`] bound how many
+    /// handlers run.
     pub(super) async fn consume(
         &self,
         shared: &Arc<Shared>,
-        permits: &Arc<Semaphore>,
         in_flight: &TaskTracker,
         cancel: &CancellationToken,
     ) -> SessionEnd {
         let mut deliveries = stream::select_all(self.consumers.iter().map(pulled));
         loop {
-            let permit = tokio::select! {
-                permit = permits.clone().acquire_owned() => permit.expect("semaphore never closes"),
-                () = cancel.cancelled() => return SessionEnd::Cancelled,
-            };
             let next = tokio::select! {
                 next = deliveries.next() => next,
                 () = cancel.cancelled() => return SessionEnd::Cancelled,
@@ -123,7 +118,6 @@ impl Session {
                     let replies = self.replies.clone();
                     in_flight.spawn(async move {
                         delivery::process(*received, &shared, &replies).await;
-                        drop(permit);
                     });
                 }
                 Some(Pulled::Failed(error)) => return SessionEnd::Lost(error.to_string()),
