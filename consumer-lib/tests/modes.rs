@@ -410,7 +410,7 @@ async fn every_broadcast_subscriber_runs_a_broadcast_once() {
 }
 
 #[tokio::test]
-async fn an_observer_gets_matching_copies_and_reports_nothing() {
+async fn an_observer_registers_and_gets_matching_copies() {
     let vhost = Vhost::new();
     let (_connection, channel) = vhost.channel().await;
     topology::declare_replies(&channel)
@@ -469,8 +469,24 @@ async fn an_observer_gets_matching_copies_and_reports_nothing() {
     assert!(observed.try_recv().is_err(), "only the shop.refresh copy");
     let (ready, _) = queue_state(&channel, &queue).await;
     assert_eq!(ready, 0, "the copy was acknowledged");
+    // Its only message to the scheduler is its registration: no ack, result or presence.
     let (replies, _) = queue_state(&channel, topology::REPLY_QUEUE).await;
-    assert_eq!(replies, 0, "observers publish no reply");
+    assert_eq!(replies, 1, "observers publish only their registration");
+    let registration = channel
+        .basic_get(
+            topology::REPLY_QUEUE.into(),
+            BasicGetOptions { no_ack: true },
+        )
+        .await
+        .expect("basic.get")
+        .expect("the registration");
+    let Reply::Observe(registration) =
+        Reply::from_slice(&registration.delivery.data).expect("a reply")
+    else {
+        panic!("expected an observer registration")
+    };
+    assert_eq!(registration.observer, "audit");
+    assert_eq!(registration.patterns, ["shop.*"]);
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
 
-use crate::{cluster::ClusterSettings, domain::duration::HumanDuration};
+use crate::{cluster::ClusterSettings, dispatch::ObserverCopies, domain::duration::HumanDuration};
 
 /// One configuration key.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +56,12 @@ pub const SETTINGS: &[Setting] = &[
         env: "CHIME_FIRE_AHEAD",
         default: "2s",
         doc: "how far ahead of their time fires are recorded (armed), so a herd of jobs due together only has to be published at its instant; 0s records each fire when due",
+    },
+    Setting {
+        key: "observer_copies",
+        env: "CHIME_OBSERVER_COPIES",
+        default: "registered",
+        doc: "which tasks get a copy on chime.topics: registered (only those an observer's registered pattern matches) or all (every task, for observers that do not register)",
     },
     Setting {
         key: "misfire_grace",
@@ -156,6 +162,8 @@ pub struct Config {
     /// How far ahead of their time fires are recorded; the dispatcher publishes them at
     /// their fire time. Default 2 s; zero records each fire when due.
     pub fire_ahead: Duration,
+    /// Which tasks get an observer copy. Default [`ObserverCopies::Registered`].
+    pub observer_copies: ObserverCopies,
     /// Lateness past which a fire counts as missed. Default 5 s.
     pub misfire_grace: Duration,
     /// Age at which an unconfirmed run is published again. Default 10 s.
@@ -336,6 +344,11 @@ impl Layers {
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
             fire_ahead: parse("fire_ahead").duration()?,
+            observer_copies: parse("observer_copies").with(|v| match v {
+                "registered" => Ok(ObserverCopies::Registered),
+                "all" => Ok(ObserverCopies::All),
+                _ => Err("use registered or all".to_string()),
+            })?,
             misfire_grace: parse("misfire_grace").duration()?,
             republish_after: parse("republish_after").duration()?,
             reconcile_interval: parse("reconcile_interval").duration()?,
@@ -494,6 +507,7 @@ mod tests {
         assert_eq!(config.payload_limit, 256 * 1024);
         assert_eq!(config.misfire_grace, Duration::from_secs(5));
         assert_eq!(config.fire_ahead, Duration::from_secs(2));
+        assert_eq!(config.observer_copies, ObserverCopies::Registered);
         assert_eq!(config.shard_count, 256);
         assert_eq!(config.cluster, ClusterSettings::default());
         assert_eq!(
@@ -603,6 +617,15 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(off.fire_ahead, Duration::ZERO);
+        let env = |var: &str| (var == "CHIME_OBSERVER_COPIES").then(|| "all".to_string());
+        let all = Layers::new().env(env).build().unwrap();
+        assert_eq!(all.observer_copies, ObserverCopies::All);
+        let err = Layers::new()
+            .flag("observer_copies", Some("some"))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("use registered or all"), "{err}");
     }
 
     #[test]

@@ -60,8 +60,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .with_context(|| format!("listening on {}", config.http_addr))?;
     let metrics = telemetry::metrics_handle();
 
-    let (dispatch, dispatcher) =
-        Dispatcher::new(store.clone(), ownership.clone(), &config.amqp_url);
+    let (dispatch, dispatcher) = Dispatcher::new(
+        store.clone(),
+        ownership.clone(),
+        &config.amqp_url,
+        config.observer_copies,
+    );
     let (timer_handle, timer) = Timer::new(
         store.clone(),
         dispatch.clone(),

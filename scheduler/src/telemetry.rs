@@ -93,6 +93,12 @@ pub const CLUSTER_LIVE_NODES: &str = "chime_cluster_live_nodes";
 pub const RUNS_PRUNED: &str = "chime_runs_pruned_total";
 /// Consumer instances deleted by retention (not heard from for a day).
 pub const CONSUMERS_PRUNED: &str = "chime_consumers_pruned_total";
+/// Observer patterns deleted by retention (not registered again for 7 days).
+pub const OBSERVERS_PRUNED: &str = "chime_observers_pruned_total";
+/// Observer patterns this node's dispatcher publishes copies for.
+pub const OBSERVED_PATTERNS: &str = "chime_observed_patterns";
+/// Observer copies published to `chime.topics`.
+pub const TOPIC_COPIES: &str = "chime_topic_copies_total";
 
 /// Installs the global `tracing` subscriber. Later calls do nothing.
 pub fn init_tracing(format: LogFormat, filter: &str) {
@@ -232,4 +238,13 @@ fn describe() {
         CONSUMERS_PRUNED,
         "Consumer instances deleted by retention (not heard from for a day)."
     );
+    describe_counter!(
+        OBSERVERS_PRUNED,
+        "Observer patterns deleted by retention (not registered again for 7 days)."
+    );
+    describe_gauge!(
+        OBSERVED_PATTERNS,
+        "Observer patterns this node publishes copies for (-1: copies for every task)."
+    );
+    describe_counter!(TOPIC_COPIES, "Observer copies published to chime.topics.");
 }

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use chime_consumer::protocol::{
-    AckMessage, HeartbeatMessage, PROTOCOL_VERSION, PresenceMessage, Progress, Reply,
-    ResultMessage, TaskError, TaskOutcome,
+    AckMessage, HeartbeatMessage, OBSERVER_TTL_MS, ObserveMessage, PROTOCOL_VERSION,
+    PresenceMessage, Progress, Reply, ResultMessage, TaskError, TaskOutcome,
 };
 use chime_scheduler::{
     cluster::{DEFAULT_SHARD_COUNT, shard_of},
@@ -1391,7 +1391,8 @@ async fn retention_prunes_old_finished_runs_and_stale_consumers(store: Arc<dyn S
         pruner.run_once(now).await.unwrap(),
         PruneOutcome {
             runs: 3,
-            consumers: 1
+            consumers: 1,
+            observers: 0
         }
     );
     assert_eq!(pruner.run_once(now).await.unwrap(), PruneOutcome::default());
@@ -1404,11 +1405,95 @@ async fn retention_prunes_old_finished_runs_and_stale_consumers(store: Arc<dyn S
             .unwrap(),
         PruneOutcome {
             runs: 0,
-            consumers: 1
+            consumers: 1,
+            observers: 0
         },
         "without run retention only consumers are pruned"
     );
     assert!(exists(young).await);
+}
+
+fn observe(observer: &str, patterns: &[&str], at: DateTime<Utc>) -> ObserveMessage {
+    ObserveMessage {
+        v: 1,
+        observer: observer.into(),
+        patterns: patterns.iter().map(|p| p.to_string()).collect(),
+        at,
+    }
+}
+
+async fn observer_registrations_are_kept_until_they_expire(store: Arc<dyn Store>) {
+    let now = Utc::now();
+    let week = Duration::milliseconds(OBSERVER_TTL_MS as i64);
+    let since = now - week;
+    assert!(store.observed_patterns(since).await.unwrap().is_empty());
+
+    store
+        .record_observer(&observe(
+            "audit",
+            &["shop.*", "billing.#"],
+            now - week - Duration::hours(1),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        store.observed_patterns(since).await.unwrap().is_empty(),
+        "registered before the window"
+    );
+    // Registering again renews; a pattern two observers share is listed once, and a
+    // pattern repeated in one message is one registration.
+    store
+        .record_observer(&observe("audit", &["shop.*", "shop.*"], now))
+        .await
+        .unwrap();
+    store
+        .record_observer(&observe(
+            "dashboards",
+            &["shop.*", "#"],
+            now - Duration::hours(1),
+        ))
+        .await
+        .unwrap();
+    let mut patterns = store.observed_patterns(since).await.unwrap();
+    patterns.sort();
+    assert_eq!(patterns, ["#", "shop.*"]);
+    // An older announcement arriving late does not roll the registration back.
+    store
+        .record_observer(&observe(
+            "audit",
+            &["shop.*"],
+            now - week - Duration::days(1),
+        ))
+        .await
+        .unwrap();
+    let recent = store
+        .observed_patterns(now - Duration::minutes(1))
+        .await
+        .unwrap();
+    assert_eq!(recent, ["shop.*"]);
+
+    // Retention forgets what was not registered again: audit's "billing.#".
+    assert_eq!(store.prune_observers(since, 10).await.unwrap(), 1);
+    assert_eq!(store.prune_observers(since, 10).await.unwrap(), 0);
+    let mut patterns = store.observed_patterns(now - week * 2).await.unwrap();
+    patterns.sort();
+    assert_eq!(patterns, ["#", "shop.*"]);
+    let pruner = Pruner::new(store.clone(), RetentionSettings::new(None));
+    let outcome = pruner
+        .run_once(now + week + Duration::days(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.observers, 3,
+        "every pattern expired a week after it was seen"
+    );
+    assert!(
+        store
+            .observed_patterns(now - week * 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 macro_rules! store_suite {
@@ -1456,6 +1541,7 @@ store_suite!(
     shared: [
         concurrent_fires_of_one_job_record_it_once,
         retention_prunes_old_finished_runs_and_stale_consumers,
+        observer_registrations_are_kept_until_they_expire,
     ],
     borrowed: [
         jobs_round_trip_and_names_are_unique,

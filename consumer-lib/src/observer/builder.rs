@@ -6,7 +6,7 @@ use super::{ObserveFn, ObserveResult, Observer, Settings};
 use crate::{
     error::ConsumerError,
     protocol::{
-        TaskMessage,
+        MAX_OBSERVER_PATTERNS, TaskMessage,
         topology::{is_valid_name, is_valid_topic_pattern},
     },
 };
@@ -89,6 +89,12 @@ impl ObserverBuilder {
         }
         if self.patterns.is_empty() {
             return Err(ConsumerError::NoSubscriptions);
+        }
+        if self.patterns.len() > MAX_OBSERVER_PATTERNS {
+            return Err(ConsumerError::InvalidOption {
+                option: "subscribe",
+                reason: format!("at most {MAX_OBSERVER_PATTERNS} patterns per observer"),
+            });
         }
         if let Some(pattern) = self.patterns.iter().find(|p| !is_valid_topic_pattern(p)) {
             return Err(ConsumerError::InvalidPattern {
@@ -179,6 +185,15 @@ mod tests {
             base().subscribe("#").concurrency(0).build(),
             Err(ConsumerError::InvalidOption {
                 option: "concurrency",
+                ..
+            })
+        ));
+        let too_many =
+            (0..=MAX_OBSERVER_PATTERNS).fold(base(), |b, i| b.subscribe(format!("app{i}.*")));
+        assert!(matches!(
+            too_many.build(),
+            Err(ConsumerError::InvalidOption {
+                option: "subscribe",
                 ..
             })
         ));

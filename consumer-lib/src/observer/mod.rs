@@ -3,12 +3,18 @@
 //!
 //! # Summary
 //!
-//! The scheduler publishes a copy of every task to the topic exchange `chime.topics` with
+//! The scheduler publishes a copy of a task to the topic exchange `chime.topics` with
 //! routing key `<app>.<job>`. An observer named `name` owns the durable quorum queue
 //! `chime.observe.<name>`, bound with each of its patterns (`shop.*`: every job of app
 //! `shop`; `*.close-orders`: that job in every app; `#`: everything), so copies wait for
-//! it while it is offline. Observers never publish anything: no ack, no result, no
-//! presence. They cannot affect a run's state; use them for audit trails, dashboards,
+//! it while it is offline.
+//!
+//! The only thing an observer publishes is its registration: its name and patterns, on
+//! the reply exchange, when it connects and every 10 minutes. The scheduler publishes
+//! copies only for tasks that a pattern registered within the last 7 days matches (so
+//! copies keep filling the queue through restarts and outages shorter than that), and it
+//! picks up a new registration within about a second. Observers send no ack, result or
+//! presence, and cannot affect a run's state; use them for audit trails, dashboards,
 //! cache invalidation.
 //!
 //! Delivery is at least once: a copy is acknowledged after the handler returns, so a crash
@@ -56,8 +62,10 @@
 //! - `chime_observer_copies_total{observer, outcome="observed"|"retry"|"dead_lettered"}`
 //! - `chime_observer_malformed_total{observer}`: bodies that were not tasks.
 //! - `chime_observer_reconnects_total{observer}`
+//! - `chime_observer_registrations_total{observer, outcome="sent"|"failed"}`
 
 mod builder;
+mod registration;
 mod session;
 
 use std::{future::Future, sync::Arc, time::Duration};

@@ -14,10 +14,16 @@ use lapin::{
     types::FieldTable,
 };
 use tokio::sync::Semaphore;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::{
+    sync::{CancellationToken, DropGuard},
+    task::TaskTracker,
+};
 use tracing::{debug, info, warn};
 
-use super::{ObserveFn, ObserveResult, Settings};
+use super::{
+    ObserveFn, ObserveResult, Settings,
+    registration::{self, RegistrationError},
+};
 use crate::{
     handler::{HandlerError, catch_panic},
     protocol::{TaskMessage, topology},
@@ -26,6 +32,17 @@ use crate::{
 /// Pause before handing a copy back to the queue after a retryable failure, so a
 /// persistent failure does not turn into a hot redelivery loop.
 const REQUEUE_PAUSE: Duration = Duration::from_secs(1);
+
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OpenError {
+    /// Connecting, declaring or consuming failed.
+    #[error("rabbitmq error: {0}")]
+    Amqp(#[from] lapin::Error),
+    /// The scheduler could not be told about the patterns.
+    #[error(transparent)]
+    Registration(#[from] RegistrationError),
+}
 
 /// Why observing stopped.
 pub(super) enum SessionEnd {
@@ -70,16 +87,20 @@ pub(super) struct ObserverSession {
     channel: Channel,
     consumer: lapin::Consumer,
     name: Arc<str>,
+    _registration: DropGuard,
 }
 
 impl ObserverSession {
-    pub(super) async fn open(settings: &Settings) -> Result<Self, lapin::Error> {
+    /// Connects, declares the queue and its bindings, registers the patterns with the
+    /// scheduler (so copies are published for them), then starts consuming.
+    pub(super) async fn open(settings: &Arc<Settings>) -> Result<Self, OpenError> {
         let properties = ConnectionProperties::default()
             .with_connection_name(format!("chime-observer/{}", settings.name).into());
         let connection = Connection::connect(&settings.amqp_url, properties).await?;
         let channel = connection.create_channel().await?;
         let queue =
             topology::declare_observer(&channel, &settings.name, &settings.patterns).await?;
+        let registration = registration::register(&connection, settings).await?;
         channel
             .basic_qos(settings.prefetch, BasicQosOptions::default())
             .await?;
@@ -101,6 +122,7 @@ impl ObserverSession {
             channel,
             consumer,
             name: settings.name.as_str().into(),
+            _registration: registration,
         })
     }
 

@@ -137,6 +137,10 @@ pub enum Reply {
     /// "This instance is alive": sent periodically by every consumer instance, so the
     /// scheduler knows which zones have live consumers.
     Presence(PresenceMessage),
+    /// "Observer `observer` wants copies of the tasks matching these patterns": sent by
+    /// an observer when it connects and every [`OBSERVE_INTERVAL_MS`], so the scheduler
+    /// publishes observer copies only for jobs someone observes.
+    Observe(ObserveMessage),
 }
 
 impl Reply {
@@ -159,6 +163,7 @@ impl Reply {
             Reply::Result(result) => result.v,
             Reply::Heartbeat(heartbeat) => heartbeat.v,
             Reply::Presence(presence) => presence.v,
+            Reply::Observe(observe) => observe.v,
         }
     }
 
@@ -168,7 +173,7 @@ impl Reply {
             Reply::Ack(ack) => Some(ack.task_id),
             Reply::Result(result) => Some(result.task_id),
             Reply::Heartbeat(heartbeat) => Some(heartbeat.task_id),
-            Reply::Presence(_) => None,
+            Reply::Presence(_) | Reply::Observe(_) => None,
         }
     }
 }
@@ -249,6 +254,30 @@ pub struct PresenceMessage {
     /// When it was sent.
     pub at: DateTime<Utc>,
 }
+
+/// "Observer `observer` has its queue bound to these patterns." A copy is published to
+/// [`TOPIC_EXCHANGE`](super::topology::TOPIC_EXCHANGE) only for a task whose
+/// `<app>.<job>` matches a pattern announced within [`OBSERVER_TTL_MS`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObserveMessage {
+    /// Protocol version.
+    pub v: u32,
+    /// The observer's name (its queue is `chime.observe.<name>`).
+    pub observer: String,
+    /// Its topic patterns over `<app>.<job>`, as bound to its queue.
+    pub patterns: Vec<String>,
+    /// When it was sent.
+    pub at: DateTime<Utc>,
+}
+
+/// Most patterns one observer may register: the scheduler matches every task against
+/// all registered patterns.
+pub const MAX_OBSERVER_PATTERNS: usize = 64;
+/// How often an observer repeats its [`ObserveMessage`] while connected.
+pub const OBSERVE_INTERVAL_MS: u64 = 10 * 60 * 1_000;
+/// How long a pattern stays registered after its observer last announced it: copies keep
+/// filling the observer's durable queue through restarts and outages shorter than this.
+pub const OBSERVER_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1_000;
 
 /// How often a consumer instance announces itself.
 pub const PRESENCE_INTERVAL_MS: u64 = 5_000;
@@ -436,6 +465,22 @@ mod tests {
         assert_eq!(presence.zone.as_deref(), Some("dc1"));
         assert!(presence.broadcast);
         assert_eq!(reply.task_id(), None);
+    }
+
+    #[test]
+    fn observe_wire_shape() {
+        let body = json!({
+            "type": "observe", "v": 1, "observer": "audit",
+            "patterns": ["shop.*", "billing.#"], "at": "2026-11-21T10:00:05Z"
+        });
+        let reply = Reply::from_slice(body.to_string().as_bytes()).unwrap();
+        let Reply::Observe(observe) = &reply else {
+            panic!("expected observe")
+        };
+        assert_eq!(observe.observer, "audit");
+        assert_eq!(observe.patterns, ["shop.*", "billing.#"]);
+        assert_eq!(reply.task_id(), None);
+        assert_eq!(Reply::from_slice(&reply.to_vec()).unwrap(), reply);
     }
 
     #[test]

@@ -1,19 +1,21 @@
 //! The Chime wire protocol, defined once and shared by the scheduler and every consumer:
 //! the message types ([`messages`]), the idempotency-key derivation ([`run_id`](mod@run_id)) and the
-//! RabbitMQ topology — exchange and queue names and their arguments ([`topology`]).
+//! RabbitMQ topology — exchange and queue names and their arguments ([`topology`]) — and
+//! topic-pattern matching ([`topic`]).
 //!
 //! `docs/protocol.md` describes the same protocol for consumers written in other languages.
 
 pub mod dead_letter;
 pub mod messages;
 pub mod run_id;
+pub mod topic;
 pub mod topology;
 
 pub use dead_letter::{AttemptRecord, DeadLetterMessage};
 pub use messages::{
-    AckMessage, DeliveryMode, HeartbeatMessage, PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS,
-    PresenceMessage, Progress, ProtocolError, Reply, ResultMessage, TaskError, TaskMessage,
-    TaskOutcome,
+    AckMessage, DeliveryMode, HeartbeatMessage, MAX_OBSERVER_PATTERNS, OBSERVE_INTERVAL_MS,
+    OBSERVER_TTL_MS, ObserveMessage, PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS, PresenceMessage,
+    Progress, ProtocolError, Reply, ResultMessage, TaskError, TaskMessage, TaskOutcome,
 };
 pub use run_id::{broadcast_idempotency_key, item_run_id, manual_run_id, run_id};
 

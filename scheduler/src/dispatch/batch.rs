@@ -159,9 +159,10 @@ impl Dispatcher {
                     properties.clone(),
                 )
                 .await;
-            // The publish/subscribe copy for observers: never mandatory (no observer is
-            // normal), and its fate never touches the run.
+            // The publish/subscribe copy for observers, only when one registered for
+            // it: never mandatory, and its fate never touches the run.
             let copied = match &published {
+                Ok(_) if !self.observed.wants_copy(&task.app, &task.job) => None,
                 Ok(_) => Some(
                     channel
                         .basic_publish(
@@ -183,6 +184,10 @@ impl Dispatcher {
                     copies.push(copy);
                     sent.push(outgoing);
                 }
+                (Ok(confirm), None) => {
+                    confirms.push(confirm);
+                    sent.push(outgoing);
+                }
                 (Err(e), _) | (Ok(_), Some(Err(e))) => {
                     // Everything not yet confirmed goes back; what was published may
                     // go out twice (absorbed by idempotency).
@@ -194,7 +199,6 @@ impl Dispatcher {
                         retry,
                     });
                 }
-                (Ok(_), None) => unreachable!("a copy follows every publish"),
             }
         }
         self.in_flight += sent.len();
@@ -229,6 +233,7 @@ impl Dispatcher {
                 });
             }
         };
+        metrics::counter!(telemetry::TOPIC_COPIES).increment(copied.len() as u64);
         let lost_copies = copied
             .iter()
             .filter(|c| !matches!(c, Ok(Confirmation::Ack(None))))

@@ -7,6 +7,9 @@
 //! left `scheduled`, so the reconciler publishes it again. The dispatcher survives broker
 //! outages: it reconnects with backoff and keeps every task it was given.
 //!
+//! Each task also goes to `chime.topics` as an observer copy, but only when a registered
+//! observer pattern matches it ([`observed`]).
+//!
 //! No task is published before its fire time: fires armed ahead of time are held
 //! ([`held`]) until then. When a job changes, its held tasks are checked against the
 //! store before they go out (the change may have withdrawn them).
@@ -20,6 +23,9 @@
 mod batch;
 mod held;
 mod marker;
+mod observed;
+
+pub use observed::ObserverCopies;
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -46,6 +52,7 @@ use crate::{broker, cluster::Ownership, store::Store, telemetry};
 use batch::{Broken, InFlight};
 use held::Held;
 use marker::Marker;
+use observed::ObservedTopics;
 
 /// Most tasks published in one batch.
 const MAX_BATCH: usize = 1000;
@@ -152,14 +159,19 @@ pub struct Dispatcher {
     declared: HashSet<String>,
     /// Writes publish outcomes to the store (set while running).
     marker: Option<Marker>,
+    /// Which tasks get an observer copy.
+    observed: ObservedTopics,
 }
 
 impl Dispatcher {
-    /// A dispatcher publishing to `amqp_url`, and the handle that feeds it.
+    /// A dispatcher publishing to `amqp_url`, and the handle that feeds it. Needs a Tokio
+    /// runtime: with [`ObserverCopies::Registered`] it starts following the observer
+    /// registrations in `store` at once.
     pub fn new(
         store: Arc<dyn Store>,
         ownership: Ownership,
         amqp_url: impl Into<String>,
+        observer_copies: ObserverCopies,
     ) -> (DispatchHandle, Self) {
         let (tx, rx) = mpsc::unbounded_channel();
         let connected = Arc::new(AtomicBool::new(false));
@@ -168,6 +180,7 @@ impl Dispatcher {
             connected: connected.clone(),
         };
         let dispatcher = Self {
+            observed: ObservedTopics::start(store.clone(), observer_copies),
             store,
             ownership,
             amqp_url: amqp_url.into(),

@@ -27,7 +27,10 @@ use tracing::{debug, error, info, warn};
 
 use chime_consumer::{
     backoff::Backoff,
-    protocol::{PresenceMessage, Reply, ResultMessage, TaskOutcome, topology},
+    protocol::{
+        MAX_OBSERVER_PATTERNS, ObserveMessage, PresenceMessage, Reply, ResultMessage, TaskOutcome,
+        topology,
+    },
 };
 
 use crate::{
@@ -140,6 +143,14 @@ impl ResultCollector {
             // Liveness is judged by this node's clock, not the consumer's.
             presence.at = chrono::Utc::now();
         }
+        if let Reply::Observe(observe) = &mut reply {
+            if !valid_observe(observe) {
+                warn!(observer = %observe.observer, patterns = observe.patterns.len(),
+                    "dead-lettering an observer registration with an invalid name or pattern");
+                return dead_letter(delivery).await;
+            }
+            observe.at = chrono::Utc::now();
+        }
         let give_up_at = tokio::time::Instant::now() + MAX_STORE_WAIT;
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         loop {
@@ -181,6 +192,7 @@ impl ResultCollector {
             Reply::Heartbeat(_) => "heartbeat",
             Reply::Result(_) => "result",
             Reply::Presence(_) => "presence",
+            Reply::Observe(_) => "observe",
         };
         let (mut effect, mut state) = match reply {
             Reply::Ack(ack) => (self.store.record_ack(ack).await?, None),
@@ -188,6 +200,10 @@ impl ResultCollector {
             Reply::Result(result) => self.store.record_result(result).await?,
             Reply::Presence(presence) => {
                 self.store.record_presence(presence).await?;
+                (ReplyEffect::Applied, None)
+            }
+            Reply::Observe(observe) => {
+                self.store.record_observer(observe).await?;
                 (ReplyEffect::Applied, None)
             }
         };
@@ -216,6 +232,17 @@ fn valid_presence(presence: &PresenceMessage) -> bool {
     topology::is_valid_name(&presence.group)
         && topology::is_valid_instance(&presence.instance)
         && presence.zone.as_deref().is_none_or(topology::is_valid_name)
+}
+
+/// Whether an observer registration names a valid observer and 1 to
+/// [`MAX_OBSERVER_PATTERNS`] valid topic patterns.
+fn valid_observe(observe: &ObserveMessage) -> bool {
+    topology::is_valid_name(&observe.observer)
+        && (1..=MAX_OBSERVER_PATTERNS).contains(&observe.patterns.len())
+        && observe
+            .patterns
+            .iter()
+            .all(|p| topology::is_valid_topic_pattern(p))
 }
 
 /// Counts what a result did to its run.
@@ -267,6 +294,8 @@ fn sanitise(reply: &mut Reply) {
         }
     }
     match reply {
+        // Names and patterns are validated whole; a NUL fails validation.
+        Reply::Observe(_) => {}
         Reply::Ack(ack) => clean(&mut ack.consumer),
         Reply::Presence(presence) => {
             clean(&mut presence.instance);
@@ -368,6 +397,26 @@ mod tests {
         assert!(valid_presence(&presence("web", None)));
         assert!(!valid_presence(&presence("web", Some("a.b"))));
         assert!(!valid_presence(&presence("we b", None)));
+    }
+
+    #[test]
+    fn observer_registrations_must_carry_a_name_and_usable_patterns() {
+        let observe = |observer: &str, patterns: Vec<String>| ObserveMessage {
+            v: 1,
+            observer: observer.into(),
+            patterns,
+            at: chrono::Utc::now(),
+        };
+        let one = |p: &str| vec![p.to_string()];
+        assert!(valid_observe(&observe("audit", one("shop.*"))));
+        assert!(valid_observe(&observe("audit", one("#"))));
+        assert!(!valid_observe(&observe("audit", vec![])));
+        assert!(!valid_observe(&observe("audit", one("shop..x"))));
+        assert!(!valid_observe(&observe("au dit", one("#"))));
+        let too_many = (0..=MAX_OBSERVER_PATTERNS)
+            .map(|i| format!("a{i}.*"))
+            .collect();
+        assert!(!valid_observe(&observe("audit", too_many)));
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!   for its retry) nor a `dead` run whose dead letter is still pending: the reconciler
 //!   still owes it work;
 //! - consumer instances (presence rows) whose last presence message is older than
-//!   [`CONSUMER_RETENTION`]; an instance that comes back is recorded again.
+//!   [`CONSUMER_RETENTION`]; an instance that comes back is recorded again;
+//! - observer patterns not registered again for [`OBSERVER_TTL_MS`] (7 days): no copy
+//!   is published for them any more, and an observer that comes back registers again.
 //!
 //! Usage: the daemon starts [`Pruner::run`], which prunes at once and then every
 //! [`PRUNE_INTERVAL`]; tests drive one pass with [`Pruner::run_once`]. Each pass deletes at
@@ -25,7 +27,8 @@
 //! Options: `run_retention` (default 7 days; `0s` keeps runs forever), see
 //! [`crate::config`]; the batch size, interval and consumer retention are constants.
 //!
-//! Metrics: `chime_runs_pruned_total`, `chime_consumers_pruned_total`; a failed pass counts
+//! Metrics: `chime_runs_pruned_total`, `chime_consumers_pruned_total`,
+//! `chime_observers_pruned_total`; a failed pass counts
 //! in `chime_store_errors_total{operation="prune"}` and is retried on the next one.
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -33,6 +36,8 @@ use std::{future::Future, sync::Arc, time::Duration};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+use chime_consumer::protocol::OBSERVER_TTL_MS;
 
 use crate::{
     store::{Store, StoreError},
@@ -83,6 +88,8 @@ pub struct PruneOutcome {
     pub runs: u64,
     /// Consumer instances deleted.
     pub consumers: u64,
+    /// Observer patterns deleted.
+    pub observers: u64,
 }
 
 /// The pruner service.
@@ -111,8 +118,9 @@ impl Pruner {
                 Ok(outcome) if outcome != PruneOutcome::default() => info!(
                     runs = outcome.runs,
                     consumers = outcome.consumers,
+                    observers = outcome.observers,
                     elapsed_ms = started.elapsed().as_millis() as u64,
-                    "pruned old runs and consumers"
+                    "pruned old runs, consumers and observers"
                 ),
                 Ok(_) => debug!("nothing to prune"),
                 Err(error) => {
@@ -144,6 +152,13 @@ impl Pruner {
         if let Some(cutoff) = cutoff(now, self.settings.consumer_retention) {
             outcome.consumers = drain(limit, stop, telemetry::CONSUMERS_PRUNED, || {
                 self.store.prune_consumers(cutoff, limit)
+            })
+            .await?;
+        }
+        let observer_ttl = Duration::from_millis(OBSERVER_TTL_MS);
+        if let Some(cutoff) = cutoff(now, observer_ttl) {
+            outcome.observers = drain(limit, stop, telemetry::OBSERVERS_PRUNED, || {
+                self.store.prune_observers(cutoff, limit)
             })
             .await?;
         }

@@ -41,7 +41,8 @@ use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, HeartbeatMessage, PresenceMessage, Reply, ResultMessage, TaskMessage,
+    AckMessage, AttemptRecord, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply,
+    ResultMessage, TaskMessage,
 };
 
 use crate::cluster::DEFAULT_SHARD_COUNT;
@@ -464,6 +465,13 @@ pub trait Store: Send + Sync + 'static {
     /// The zones whose consumers sent a presence message since `since`, by group.
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError>;
 
+    /// Records an observer's registration: each of its patterns is seen at `observe.at`
+    /// (a pattern already seen later keeps its later time).
+    async fn record_observer(&self, observe: &ObserveMessage) -> Result<(), StoreError>;
+
+    /// Every distinct pattern some observer registered since `since`.
+    async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError>;
+
     /// Deletes at most `limit` finished runs — `succeeded`, or `dead` with the dead letter
     /// no longer pending — that finished before `cutoff`, oldest first, in one short
     /// transaction that reads through the `runs_finished` index. Returns how many; fewer
@@ -475,6 +483,10 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes at most `limit` consumer instances last heard from before `cutoff`, oldest
     /// first, in one short transaction. Returns how many.
     async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
+
+    /// Deletes at most `limit` observer patterns last registered before `cutoff`, oldest
+    /// first, in one short transaction. Returns how many.
+    async fn prune_observers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
 
     /// Every item (run) of job `job_id`'s fire at `fire_time`, by shard.
     async fn fire_items(
@@ -503,7 +515,7 @@ pub trait Store: Send + Sync + 'static {
                 Reply::Ack(ack) => broadcast::apply_ack(run, settings, ack, now),
                 Reply::Heartbeat(beat) => broadcast::apply_heartbeat(run, settings, beat, now),
                 Reply::Result(result) => broadcast::apply_result(run, settings, result, now, unit),
-                Reply::Presence(_) => false,
+                Reply::Presence(_) | Reply::Observe(_) => false,
             }
         };
         Ok(match self.update_run(run_id, &change).await? {

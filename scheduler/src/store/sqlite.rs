@@ -16,7 +16,8 @@ use sqlx::{
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, DeliveryMode, HeartbeatMessage, PresenceMessage, ResultMessage,
+    AckMessage, AttemptRecord, DeliveryMode, HeartbeatMessage, ObserveMessage, PresenceMessage,
+    ResultMessage,
 };
 
 use super::{
@@ -1010,6 +1011,32 @@ impl Store for SqliteStore {
         Self::live_zones_in(&self.pool, since).await
     }
 
+    async fn record_observer(&self, observe: &ObserveMessage) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        for pattern in &observe.patterns {
+            sqlx::query(
+                "INSERT INTO observers (name, pattern, last_seen) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (name, pattern) DO UPDATE SET last_seen = MAX(last_seen, ?3)",
+            )
+            .bind(&observe.observer)
+            .bind(pattern)
+            .bind(ms(observe.at))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
+        let patterns =
+            sqlx::query_scalar("SELECT DISTINCT pattern FROM observers WHERE last_seen >= ?")
+                .bind(ms(since))
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(patterns)
+    }
+
     async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         self.delete_batch(
             concat!(
@@ -1026,6 +1053,16 @@ impl Store for SqliteStore {
     async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         self.delete_batch(
             "DELETE FROM consumers WHERE instance IN (SELECT instance FROM consumers
+                 WHERE last_seen < ?1 ORDER BY last_seen LIMIT ?2)",
+            cutoff,
+            limit,
+        )
+        .await
+    }
+
+    async fn prune_observers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        self.delete_batch(
+            "DELETE FROM observers WHERE rowid IN (SELECT rowid FROM observers
                  WHERE last_seen < ?1 ORDER BY last_seen LIMIT ?2)",
             cutoff,
             limit,

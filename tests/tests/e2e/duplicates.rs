@@ -39,7 +39,7 @@ fn results(replies: &[Reply]) -> Vec<(bool, TaskOutcome)> {
         .iter()
         .filter_map(|r| match r {
             Reply::Result(result) => Some((result.replayed, result.outcome.clone())),
-            Reply::Ack(_) | Reply::Heartbeat(_) | Reply::Presence(_) => None,
+            Reply::Ack(_) | Reply::Heartbeat(_) | Reply::Presence(_) | Reply::Observe(_) => None,
         })
         .collect()
 }

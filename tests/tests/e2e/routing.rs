@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use chime_tests::{TestConsumer, wait};
+use chime_tests::{TestConsumer, api::metric, wait};
 use chrono::{DateTime, Utc};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -420,7 +420,8 @@ async fn sharded_fire_runs_every_item_once() {
     assert_eq!(run["items"].as_array().map(Vec::len), Some(8), "{run}");
 }
 
-/// An observer bound with a pattern gets a copy of each task and changes nothing.
+/// An observer bound with a pattern registers it, gets a copy of each task it matches
+/// and changes nothing; a task no registered pattern matches gets no copy at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_see_copies_and_change_nothing() {
     let s = Setup::new(StoreKind::Sqlite).await;
@@ -429,18 +430,39 @@ async fn observers_see_copies_and_change_nothing() {
     let elsewhere =
         TestConsumer::start(&url, "unused", "audit-other", &["--observe", "other.*"]).await;
     let worker = TestConsumer::start(&url, "mail", "m1", &[]).await;
+    wait::until(
+        "both observers registered",
+        Duration::from_secs(20),
+        || async {
+            let text = s.chimed.api.metrics().await;
+            (metric(&text, "chime_observed_patterns") == 2.0).then_some(())
+        },
+    )
+    .await;
     let job = s
         .chimed
         .api
         .create_job(every_second("digest", json!({"group": "mail"}), json!({})))
         .await;
     let job_id = id(&job);
+    let mut unwatched = every_second("quiet", json!({"group": "mail"}), json!({}));
+    unwatched["app"] = json!("unwatched");
+    let unwatched_id = id(&s.chimed.api.create_job(unwatched).await);
     wait::until("3 observed copies", Duration::from_secs(30), || async {
         (watcher.events_of("observed").len() >= 3).then_some(())
     })
     .await;
     pause(&s, &job_id).await;
+    pause(&s, &unwatched_id).await;
     let runs = settled_runs(&s, &job_id, "the observed job's runs to finish").await;
+    let quiet = settled_runs(&s, &unwatched_id, "the unwatched job's runs to finish").await;
+    assert!(!quiet.is_empty(), "the unwatched job fired too");
+    let copies = metric(&s.chimed.api.metrics().await, "chime_topic_copies_total");
+    assert_eq!(
+        copies,
+        runs.len() as f64,
+        "one copy per publish of the observed job, none for the unwatched one"
+    );
     let observed: HashSet<String> = watcher
         .events_of("observed")
         .iter()
@@ -469,7 +491,7 @@ async fn observers_see_copies_and_change_nothing() {
     );
     assert_eq!(
         worker.events_of("started").len(),
-        runs.len(),
-        "the worker ran each fire once"
+        runs.len() + quiet.len(),
+        "the worker ran each fire of both jobs once"
     );
 }

@@ -17,8 +17,8 @@ use sqlx::{
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, DeliveryMode, HeartbeatMessage, PresenceMessage, ResultMessage,
-    TaskOutcome,
+    AckMessage, AttemptRecord, DeliveryMode, HeartbeatMessage, ObserveMessage, PresenceMessage,
+    ResultMessage, TaskOutcome,
 };
 
 use super::{
@@ -963,6 +963,33 @@ impl Store for PostgresStore {
         Self::live_zones_in(&mut conn, since).await
     }
 
+    async fn record_observer(&self, observe: &ObserveMessage) -> Result<(), StoreError> {
+        let patterns: std::collections::BTreeSet<&str> =
+            observe.patterns.iter().map(String::as_str).collect();
+        let patterns: Vec<&str> = patterns.into_iter().collect();
+        sqlx::query(
+            "INSERT INTO observers (name, pattern, last_seen)
+             SELECT $1, pattern, $3 FROM UNNEST($2::text[]) AS pattern
+             ON CONFLICT (name, pattern) DO UPDATE
+                 SET last_seen = GREATEST(observers.last_seen, EXCLUDED.last_seen)",
+        )
+        .bind(&observe.observer)
+        .bind(&patterns)
+        .bind(observe.at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
+        let patterns =
+            sqlx::query_scalar("SELECT DISTINCT pattern FROM observers WHERE last_seen >= $1")
+                .bind(since)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(patterns)
+    }
+
     async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         self.delete_batch(
             concat!(
@@ -979,6 +1006,16 @@ impl Store for PostgresStore {
     async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         self.delete_batch(
             "DELETE FROM consumers WHERE instance IN (SELECT instance FROM consumers
+                 WHERE last_seen < $1 ORDER BY last_seen LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            cutoff,
+            limit,
+        )
+        .await
+    }
+
+    async fn prune_observers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
+        self.delete_batch(
+            "DELETE FROM observers WHERE (name, pattern) IN (SELECT name, pattern FROM observers
                  WHERE last_seen < $1 ORDER BY last_seen LIMIT $2 FOR UPDATE SKIP LOCKED)",
             cutoff,
             limit,
