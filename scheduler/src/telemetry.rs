@@ -18,6 +18,9 @@ pub const FIRE_LATENESS: &str = "chime_fire_lateness_seconds";
 pub const PUBLISHES: &str = "chime_publishes_total";
 /// Replies consumed, by `kind` (`ack`, `result`) and `effect` (`applied`, `stale`, `unknown_run`).
 pub const REPLIES: &str = "chime_replies_total";
+/// Store transactions that applied replies; replies per transaction is
+/// `chime_replies_total` over this.
+pub const REPLY_TRANSACTIONS: &str = "chime_reply_transactions_total";
 /// Results applied to runs, by `state` (`succeeded`, `failed`).
 pub const RESULTS: &str = "chime_results_total";
 /// Messages that could not be parsed and were dead-lettered, by `queue`.
@@ -161,6 +164,10 @@ fn describe() {
     );
     describe_counter!(PUBLISHES, "Task publishes, by outcome.");
     describe_counter!(REPLIES, "Consumer replies consumed, by kind and effect.");
+    describe_counter!(
+        REPLY_TRANSACTIONS,
+        "Store transactions that applied a batch of replies."
+    );
     describe_counter!(RESULTS, "Results applied to runs, by state.");
     describe_counter!(MALFORMED, "Unparseable messages dead-lettered, by queue.");
     describe_counter!(STORE_ERRORS, "Failed store operations, by operation.");

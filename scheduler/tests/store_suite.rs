@@ -505,15 +505,21 @@ async fn one_shot_fires_once_and_finishes(store: &dyn Store) {
     );
 }
 
-async fn replies_move_runs_through_their_states(store: &dyn Store) {
-    let now = t("2026-11-21T10:00:00Z");
+/// Records an every-second job started at `now` and fires it at `now + 2 s`: the runs of
+/// its fires at +1 s and +2 s, both `scheduled`.
+async fn two_runs(store: &dyn Store, now: DateTime<Utc>) -> (Uuid, Uuid) {
     let job = every_second("a", now);
     store.insert_job(&job).await.unwrap();
-    let batch = store
+    let fired = store
         .fire(&[job.id], now + Duration::seconds(2), GRACE, &firing())
         .await
         .unwrap();
-    let (first, second) = (batch.recorded[0].task_id, batch.recorded[1].task_id);
+    (fired.recorded[0].task_id, fired.recorded[1].task_id)
+}
+
+async fn replies_move_runs_through_their_states(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let (first, second) = two_runs(store, now).await;
 
     store
         .mark_dispatched(&[first], now + Duration::seconds(2))
@@ -591,6 +597,75 @@ async fn replies_move_runs_through_their_states(store: &dyn Store) {
     assert_eq!(
         store.record_ack(&unknown).await.unwrap(),
         ReplyEffect::UnknownRun
+    );
+}
+
+async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let (first, second) = two_runs(store, now).await;
+    store
+        .mark_dispatched(&[first, second], now + Duration::seconds(2))
+        .await
+        .unwrap();
+    let ack = |task_id| {
+        Reply::Ack(AckMessage {
+            v: PROTOCOL_VERSION,
+            task_id,
+            attempt: 1,
+            consumer: "worker-1".into(),
+            acked_at: now + Duration::seconds(3),
+        })
+    };
+    let result = Reply::Result(ResultMessage {
+        v: PROTOCOL_VERSION,
+        task_id: first,
+        attempt: 1,
+        consumer: "worker-1".into(),
+        finished_at: now + Duration::seconds(4),
+        replayed: false,
+        outcome: TaskOutcome::Succeeded { output: None },
+    });
+    let batch = [
+        ack(first),
+        result.clone(),
+        ack(Uuid::now_v7()),
+        ack(second),
+        ack(first),
+        Reply::Presence(presence("web-1", "dc1", now)),
+    ];
+    let applied: Vec<ReplyEffect> = store
+        .record_replies(&batch)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(effect, _)| effect)
+        .collect();
+    use ReplyEffect::{Applied, Stale, UnknownRun};
+    // The late ack comes after the result in the batch, so it finds the run finished.
+    assert_eq!(
+        applied,
+        [Applied, Applied, UnknownRun, Applied, Stale, Applied]
+    );
+    let first_run = store.get_run(first).await.unwrap().unwrap();
+    assert_eq!(first_run.state, RunState::Succeeded);
+    assert_eq!(first_run.acked_at, Some(now + Duration::seconds(3)));
+    assert_eq!(
+        store.get_run(second).await.unwrap().unwrap().state,
+        RunState::Acked
+    );
+    assert_eq!(
+        store
+            .live_zones(now - Duration::seconds(1))
+            .await
+            .unwrap()
+            .of("orders"),
+        ["dc1".to_string()]
+    );
+    assert_eq!(store.record_replies(&[]).await.unwrap(), vec![]);
+    assert_eq!(
+        store.record_reply(&result).await.unwrap(),
+        (Stale, None),
+        "a repeated batch changes nothing"
     );
 }
 
@@ -1557,6 +1632,7 @@ store_suite!(
         fire_ignores_paused_and_deleted_jobs,
         one_shot_fires_once_and_finishes,
         replies_move_runs_through_their_states,
+        a_batch_of_replies_applies_in_order_in_one_call,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,
         retryable_failures_retry_after_backoff_then_die,

@@ -151,6 +151,26 @@ impl Reply {
         Ok(reply)
     }
 
+    /// Parses a reply message body that holds one reply or a [`ReplyBatch`], and checks
+    /// every version. The replies come back in the order they were sent.
+    pub fn many_from_slice(body: &[u8]) -> Result<Vec<Self>, ProtocolError> {
+        #[derive(Deserialize)]
+        struct Kind<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: Option<std::borrow::Cow<'a, str>>,
+        }
+        let Kind { kind } = serde_json::from_slice(body)?;
+        if kind.as_deref() != Some("batch") {
+            return Ok(vec![Self::from_slice(body)?]);
+        }
+        let batch: ReplyBatch = serde_json::from_slice(body)?;
+        check_version(batch.v)?;
+        for reply in &batch.replies {
+            check_version(reply.version())?;
+        }
+        Ok(batch.replies)
+    }
+
     /// Serialises the reply to its JSON body.
     pub fn to_vec(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a reply message always serialises")
@@ -175,6 +195,47 @@ impl Reply {
             Reply::Heartbeat(heartbeat) => Some(heartbeat.task_id),
             Reply::Presence(_) | Reply::Observe(_) => None,
         }
+    }
+}
+
+/// Several replies in one message, `{"v": 1, "type": "batch", "replies": [...]}`: a
+/// consumer under load sends its acks, heartbeats and results this way, and the
+/// scheduler applies them in order, in one transaction. A batch never holds a batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplyBatch {
+    /// Protocol version.
+    pub v: u32,
+    /// Always `"batch"`.
+    #[serde(rename = "type")]
+    pub kind: BatchKind,
+    /// The replies, in the order they were sent.
+    pub replies: Vec<Reply>,
+}
+
+/// The `type` of a [`ReplyBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchKind {
+    /// `"batch"`.
+    Batch,
+}
+
+impl ReplyBatch {
+    /// The body of a batch of replies already serialised with [`Reply::to_vec`], without
+    /// serialising them again.
+    pub fn body_of(replies: &[Vec<u8>]) -> Vec<u8> {
+        let head = format!(r#"{{"v":{PROTOCOL_VERSION},"type":"batch","replies":["#);
+        let size = head.len() + replies.iter().map(|r| r.len() + 1).sum::<usize>() + 2;
+        let mut body = Vec::with_capacity(size);
+        body.extend_from_slice(head.as_bytes());
+        for (i, reply) in replies.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(reply);
+        }
+        body.extend_from_slice(b"]}");
+        body
     }
 }
 
@@ -509,5 +570,47 @@ mod tests {
             }
         );
         assert!(!result.replayed);
+    }
+
+    fn ack(n: u128) -> Reply {
+        Reply::Ack(AckMessage {
+            v: 1,
+            task_id: Uuid::from_u128(n),
+            attempt: 1,
+            consumer: "c".into(),
+            acked_at: "2026-11-21T10:00:00Z".parse().unwrap(),
+        })
+    }
+
+    #[test]
+    fn a_batch_carries_replies_in_order_and_one_reply_parses_alone() {
+        let replies = vec![ack(1), ack(2), ack(3)];
+        let bodies: Vec<Vec<u8>> = replies.iter().map(Reply::to_vec).collect();
+        let body = ReplyBatch::body_of(&bodies);
+        assert_eq!(Reply::many_from_slice(&body).unwrap(), replies);
+        // The hand-built body is what serde would write.
+        let typed: ReplyBatch = serde_json::from_slice(&body).unwrap();
+        assert_eq!(typed.kind, BatchKind::Batch);
+        assert_eq!(serde_json::to_vec(&typed).unwrap(), body);
+        assert_eq!(Reply::many_from_slice(&bodies[1]).unwrap(), vec![ack(2)]);
+    }
+
+    #[test]
+    fn batches_are_checked_whole() {
+        let inner = ReplyBatch::body_of(&[ack(1).to_vec()]);
+        let nested = ReplyBatch::body_of(&[ack(2).to_vec(), inner]);
+        assert!(matches!(
+            Reply::many_from_slice(&nested),
+            Err(ProtocolError::Malformed(_))
+        ));
+        let mut old = serde_json::to_value(ack(3)).unwrap();
+        old["v"] = json!(2);
+        let mixed = ReplyBatch::body_of(&[ack(4).to_vec(), old.to_string().into_bytes()]);
+        assert!(matches!(
+            Reply::many_from_slice(&mixed),
+            Err(ProtocolError::UnsupportedVersion { found: 2 })
+        ));
+        assert!(Reply::many_from_slice(b"[1, 2]").is_err());
+        assert!(Reply::many_from_slice(br#"{"type": "batch", "v": 1}"#).is_err());
     }
 }

@@ -1,17 +1,24 @@
 //! The result collector: consumes consumers' acks and results from the reply queue and
 //! applies them to runs.
 //!
+//! - Replies are applied in batches: everything the broker has already pushed (up to
+//!   [`MAX_BATCH_REPLIES`]) goes to the store in a few transactions (see [`rounds`]). A
+//!   message may itself be a batch (`"type": "batch"`); it is applied or dead-lettered
+//!   whole.
 //! - A message that does not parse is rejected without requeue, which dead-letters it to
 //!   `chime.replies.dlq`, and counted; it never stops the collector.
-//! - When the store is unavailable the collector holds the reply and retries with backoff
-//!   (up to [`MAX_STORE_WAIT`]) instead of requeueing it: every return to a quorum queue
-//!   counts towards its delivery limit, and a requeue loop would dead-letter good replies
-//!   during a database failover.
-//! - A reply the store refuses as data is dead-lettered and counted like a malformed one.
+//! - When the store is unavailable the collector holds the replies and retries with
+//!   backoff (up to [`MAX_STORE_WAIT`]) instead of requeueing them: every return to a
+//!   quorum queue counts towards its delivery limit, and a requeue loop would
+//!   dead-letter good replies during a database failover.
+//! - A reply the store refuses as data is dead-lettered with its message and counted
+//!   like a malformed one; the rest of the batch is applied message by message.
 
-use std::{sync::Arc, time::Duration};
+mod validate;
 
-use futures_util::StreamExt;
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use futures_util::{FutureExt, StreamExt};
 use lapin::{
     Channel,
     message::Delivery,
@@ -21,40 +28,43 @@ use lapin::{
     },
     types::FieldTable,
 };
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
+use uuid::Uuid;
 
 use chime_consumer::{
     backoff::Backoff,
-    protocol::{
-        MAX_OBSERVER_PATTERNS, ObserveMessage, PresenceMessage, Reply, ResultMessage, TaskOutcome,
-        topology,
-    },
+    protocol::{Reply, ResultMessage, TaskOutcome, topology},
 };
 
 use crate::{
     broker,
     domain::RunState,
-    store::{ReplyEffect, Store, StoreError},
+    store::{ReplyApplied, ReplyEffect, Store, StoreError},
     telemetry,
 };
 
 /// Replies RabbitMQ may push ahead of the collector.
-const PREFETCH: u16 = 200;
+const PREFETCH: u16 = 250;
+/// Replies gathered into one store transaction, at most (a message holding a larger
+/// batch is still applied whole).
+pub const MAX_BATCH_REPLIES: usize = 500;
 /// Longest a reply is held while the store is unavailable, well below RabbitMQ's
 /// 30-minute consumer timeout.
 pub const MAX_STORE_WAIT: Duration = Duration::from_secs(20 * 60);
 
-/// What happened to one reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handled {
-    /// Applied (or recognised as stale or for an unknown run) and acknowledged.
-    Done(ReplyEffect),
-    /// Unparseable, or refused by the store as data: dead-lettered.
-    DeadLettered,
-    /// Handed back to the queue (shutdown or a store outage past the limit).
-    Requeued,
+/// A reply message, parsed: its delivery and the replies it carries, in order.
+struct Received {
+    delivery: Delivery,
+    replies: Vec<Reply>,
+}
+
+/// Why replies were not applied.
+enum Unapplied {
+    /// The store refuses them as data.
+    Refused(StoreError),
+    /// The store stayed unavailable past [`MAX_STORE_WAIT`], or the collector stops.
+    GaveUp,
 }
 
 /// The result collector service.
@@ -113,136 +123,213 @@ impl ResultCollector {
                     return Ok(());
                 }
             };
-            match next {
-                Some(Ok(delivery)) => {
-                    self.handle(delivery, cancel).await;
-                    backoff.reset();
+            let mut batch = Vec::new();
+            let mut replies = 0;
+            let mut next = Some(next);
+            // Whatever the broker has pushed already joins this transaction.
+            let ended = loop {
+                match next {
+                    Some(Some(Ok(delivery))) => {
+                        if let Some(received) = receive(delivery).await {
+                            replies += received.replies.len();
+                            batch.push(received);
+                        }
+                    }
+                    Some(Some(Err(error))) => break Some(error.to_string()),
+                    Some(None) => break Some("reply consumer ended".into()),
+                    None => break None,
                 }
-                Some(Err(error)) => return Err(error.to_string()),
-                None => return Err("reply consumer ended".into()),
+                if replies >= MAX_BATCH_REPLIES {
+                    break None;
+                }
+                next = consumer.next().now_or_never();
+            };
+            self.apply_batch(batch, cancel).await;
+            if let Some(error) = ended {
+                return Err(error);
+            }
+            backoff.reset();
+        }
+    }
+
+    /// Applies the replies of `batch` in one transaction and settles every message;
+    /// if the store refuses the transaction, applies the messages one by one.
+    async fn apply_batch(&self, batch: Vec<Received>, cancel: &CancellationToken) {
+        let Some(last) = batch.last() else { return };
+        let replies: Vec<&Reply> = batch.iter().flat_map(|r| &r.replies).collect();
+        match self.apply(&replies, cancel).await {
+            Ok(()) => {
+                // Every earlier delivery on this channel is settled already.
+                let _ = last
+                    .delivery
+                    .acker
+                    .ack(BasicAckOptions { multiple: true })
+                    .await;
+            }
+            Err(Unapplied::GaveUp) => {
+                for received in &batch {
+                    requeue(&received.delivery).await;
+                }
+            }
+            Err(Unapplied::Refused(error)) if batch.len() == 1 => {
+                error!(%error, replies = replies.len(), "the store refuses a reply; dead-lettering its message");
+                dead_letter(&last.delivery).await;
+            }
+            Err(Unapplied::Refused(_)) => {
+                for received in &batch {
+                    let replies: Vec<&Reply> = received.replies.iter().collect();
+                    match self.apply(&replies, cancel).await {
+                        Ok(()) => {
+                            let _ = received.delivery.ack(BasicAckOptions::default()).await;
+                        }
+                        Err(Unapplied::GaveUp) => requeue(&received.delivery).await,
+                        Err(Unapplied::Refused(error)) => {
+                            error!(%error, replies = replies.len(), "the store refuses a reply; dead-lettering its message");
+                            dead_letter(&received.delivery).await;
+                        }
+                    }
+                }
             }
         }
     }
 
-    /// Applies one reply and settles its delivery.
-    pub async fn handle(&self, delivery: Delivery, cancel: &CancellationToken) -> Handled {
-        let mut reply = match Reply::from_slice(&delivery.data) {
-            Ok(reply) => reply,
-            Err(error) => {
-                warn!(%error, queue = topology::REPLY_QUEUE, "dead-lettering a malformed reply");
-                return dead_letter(delivery).await;
-            }
-        };
-        sanitise(&mut reply);
-        if let Reply::Presence(presence) = &mut reply {
-            if !valid_presence(presence) {
-                warn!(instance = %presence.instance, group = %presence.group,
-                    "dead-lettering a presence message with an invalid group or zone name");
-                return dead_letter(delivery).await;
-            }
-            // Liveness is judged by this node's clock, not the consumer's.
-            presence.at = chrono::Utc::now();
+    /// Applies `replies` in as few transactions as [`rounds`] allows, holding them while
+    /// the store is unavailable.
+    async fn apply(&self, replies: &[&Reply], cancel: &CancellationToken) -> Result<(), Unapplied> {
+        for round in rounds(replies) {
+            self.apply_round(&round, cancel).await?;
         }
-        if let Reply::Observe(observe) = &mut reply {
-            if !valid_observe(observe) {
-                warn!(observer = %observe.observer, patterns = observe.patterns.len(),
-                    "dead-lettering an observer registration with an invalid name or pattern");
-                return dead_letter(delivery).await;
-            }
-            observe.at = chrono::Utc::now();
+        Ok(())
+    }
+
+    /// Applies `replies` in one transaction, then each reply to a broadcast run on its
+    /// own.
+    async fn apply_round(
+        &self,
+        replies: &[&Reply],
+        cancel: &CancellationToken,
+    ) -> Result<(), Unapplied> {
+        let owned: Vec<Reply> = replies.iter().map(|r| (*r).clone()).collect();
+        let applied = self
+            .hold_through_outage(cancel, || self.store.record_replies(&owned))
+            .await?;
+        metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(1);
+        for (reply, applied) in owned.iter().zip(applied) {
+            let applied = if applied.0 == ReplyEffect::Broadcast {
+                self.hold_through_outage(cancel, || {
+                    self.store.record_broadcast_reply(reply, chrono::Utc::now())
+                })
+                .await?
+            } else {
+                applied
+            };
+            count(reply, applied);
         }
+        Ok(())
+    }
+
+    /// Runs `write` until it succeeds, retrying transient store errors with backoff for
+    /// up to [`MAX_STORE_WAIT`] (or until `cancel`).
+    async fn hold_through_outage<T, F: Future<Output = Result<T, StoreError>>>(
+        &self,
+        cancel: &CancellationToken,
+        write: impl Fn() -> F,
+    ) -> Result<T, Unapplied> {
         let give_up_at = tokio::time::Instant::now() + MAX_STORE_WAIT;
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         loop {
-            let error = match self.apply(&reply).await {
-                Ok(effect) => {
-                    let _ = delivery.ack(BasicAckOptions::default()).await;
-                    return Handled::Done(effect);
-                }
+            let error = match write().await {
+                Ok(done) => return Ok(done),
                 Err(error) => error,
             };
             metrics::counter!(telemetry::STORE_ERRORS, "operation" => "record_reply").increment(1);
             if !error.is_transient() {
-                error!(%error, task_id = ?reply.task_id(), "the store refuses this reply; dead-lettering it");
-                return dead_letter(delivery).await;
+                return Err(Unapplied::Refused(error));
             }
             if cancel.is_cancelled() || tokio::time::Instant::now() >= give_up_at {
-                warn!(%error, task_id = ?reply.task_id(), "cannot record a reply; handing it back to the queue");
-                let _ = delivery
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..BasicNackOptions::default()
-                    })
-                    .await;
-                return Handled::Requeued;
+                warn!(%error, "cannot record replies; handing them back to the queue");
+                return Err(Unapplied::GaveUp);
             }
             let delay = backoff.next_delay();
-            warn!(%error, task_id = ?reply.task_id(), retry_in_ms = delay.as_millis() as u64,
-                "cannot record a reply; holding it until the store answers");
+            warn!(%error, retry_in_ms = delay.as_millis() as u64,
+                "cannot record replies; holding them until the store answers");
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = cancel.cancelled() => {}
             }
         }
     }
+}
 
-    async fn apply(&self, reply: &Reply) -> Result<ReplyEffect, StoreError> {
-        let kind = match reply {
-            Reply::Ack(_) => "ack",
-            Reply::Heartbeat(_) => "heartbeat",
-            Reply::Result(_) => "result",
-            Reply::Presence(_) => "presence",
-            Reply::Observe(_) => "observe",
-        };
-        let (mut effect, mut state) = match reply {
-            Reply::Ack(ack) => (self.store.record_ack(ack).await?, None),
-            Reply::Heartbeat(heartbeat) => (self.store.record_heartbeat(heartbeat).await?, None),
-            Reply::Result(result) => self.store.record_result(result).await?,
-            Reply::Presence(presence) => {
-                self.store.record_presence(presence).await?;
-                (ReplyEffect::Applied, None)
+/// Splits replies into transactions that each touch a run at most once: the first reply
+/// about each task, then the second, and so on (usually an ack, then its result), each
+/// ordered by task. PostgreSQL checks a run's foreign key to its job again when one
+/// transaction updates the run twice, and that key-share lock on the job, taken in task
+/// order, would deadlock with a fire transaction locking the same jobs in job order.
+/// Ordering by task makes every collector, and the dispatcher's marker, lock runs in
+/// the same order.
+fn rounds<'a>(replies: &[&'a Reply]) -> Vec<Vec<&'a Reply>> {
+    let mut seen: HashMap<Uuid, usize> = HashMap::new();
+    let mut rounds: Vec<Vec<&Reply>> = Vec::new();
+    for reply in replies {
+        let round = match reply.task_id() {
+            Some(task) => {
+                let count = seen.entry(task).or_default();
+                *count += 1;
+                *count - 1
             }
-            Reply::Observe(observe) => {
-                self.store.record_observer(observe).await?;
-                (ReplyEffect::Applied, None)
-            }
+            None => 0,
         };
-        if effect == ReplyEffect::Broadcast {
-            (effect, state) = self
-                .store
-                .record_broadcast_reply(reply, chrono::Utc::now())
-                .await?;
+        if rounds.len() <= round {
+            rounds.resize_with(round + 1, Vec::new);
         }
-        if let (Some(state), Reply::Result(result)) = (state, reply) {
-            count_outcome(state, result);
-        }
-        let effect_name = match effect {
-            ReplyEffect::Applied => "applied",
-            ReplyEffect::Stale => "stale",
-            ReplyEffect::UnknownRun | ReplyEffect::Broadcast => "unknown_run",
-        };
-        metrics::counter!(telemetry::REPLIES, "kind" => kind, "effect" => effect_name).increment(1);
-        debug!(kind, effect = effect_name, task_id = ?reply.task_id(), "reply");
-        Ok(effect)
+        rounds[round].push(*reply);
     }
+    for round in &mut rounds {
+        // Stable, so presence and registrations keep their order too.
+        round.sort_by_key(|reply| reply.task_id());
+    }
+    rounds
 }
 
-/// Whether a presence message names a group and zone that could route tasks.
-fn valid_presence(presence: &PresenceMessage) -> bool {
-    topology::is_valid_name(&presence.group)
-        && topology::is_valid_instance(&presence.instance)
-        && presence.zone.as_deref().is_none_or(topology::is_valid_name)
+/// Parses a delivery into its replies, ready for the store; dead-letters it (and returns
+/// `None`) if it does not parse or a reply in it names something unroutable.
+async fn receive(delivery: Delivery) -> Option<Received> {
+    let mut replies = match Reply::many_from_slice(&delivery.data) {
+        Ok(replies) => replies,
+        Err(error) => {
+            warn!(%error, queue = topology::REPLY_QUEUE, "dead-lettering a malformed reply");
+            dead_letter(&delivery).await;
+            return None;
+        }
+    };
+    let now = chrono::Utc::now();
+    if !replies.iter_mut().all(|reply| validate::admit(reply, now)) {
+        dead_letter(&delivery).await;
+        return None;
+    }
+    Some(Received { delivery, replies })
 }
 
-/// Whether an observer registration names a valid observer and 1 to
-/// [`MAX_OBSERVER_PATTERNS`] valid topic patterns.
-fn valid_observe(observe: &ObserveMessage) -> bool {
-    topology::is_valid_name(&observe.observer)
-        && (1..=MAX_OBSERVER_PATTERNS).contains(&observe.patterns.len())
-        && observe
-            .patterns
-            .iter()
-            .all(|p| topology::is_valid_topic_pattern(p))
+/// Counts what one reply did.
+fn count(reply: &Reply, (effect, state): ReplyApplied) {
+    let kind = match reply {
+        Reply::Ack(_) => "ack",
+        Reply::Heartbeat(_) => "heartbeat",
+        Reply::Result(_) => "result",
+        Reply::Presence(_) => "presence",
+        Reply::Observe(_) => "observe",
+    };
+    if let (Some(state), Reply::Result(result)) = (state, reply) {
+        count_outcome(state, result);
+    }
+    let effect_name = match effect {
+        ReplyEffect::Applied => "applied",
+        ReplyEffect::Stale => "stale",
+        ReplyEffect::UnknownRun | ReplyEffect::Broadcast => "unknown_run",
+    };
+    metrics::counter!(telemetry::REPLIES, "kind" => kind, "effect" => effect_name).increment(1);
+    debug!(kind, effect = effect_name, task_id = ?reply.task_id(), "reply");
 }
 
 /// Counts what a result did to its run.
@@ -263,64 +350,18 @@ fn count_outcome(state: RunState, result: &ResultMessage) {
     }
 }
 
-async fn dead_letter(delivery: Delivery) -> Handled {
+async fn dead_letter(delivery: &Delivery) {
     metrics::counter!(telemetry::MALFORMED, "queue" => topology::REPLY_QUEUE).increment(1);
     let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
-    Handled::DeadLettered
 }
 
-/// Replaces NUL characters, which PostgreSQL cannot store in text or jsonb, so a
-/// consumer's odd output never makes a reply unstorable.
-fn sanitise(reply: &mut Reply) {
-    fn clean(text: &mut String) {
-        if text.contains('\0') {
-            *text = text.replace('\0', "\u{fffd}");
-        }
-    }
-    fn clean_value(value: &mut Value) {
-        match value {
-            Value::String(s) => clean(s),
-            Value::Array(items) => items.iter_mut().for_each(clean_value),
-            Value::Object(map) => {
-                let dirty: Vec<String> = map.keys().filter(|k| k.contains('\0')).cloned().collect();
-                for key in dirty {
-                    if let Some(v) = map.remove(&key) {
-                        map.insert(key.replace('\0', "\u{fffd}"), v);
-                    }
-                }
-                map.values_mut().for_each(clean_value);
-            }
-            _ => {}
-        }
-    }
-    match reply {
-        // Names and patterns are validated whole; a NUL fails validation.
-        Reply::Observe(_) => {}
-        Reply::Ack(ack) => clean(&mut ack.consumer),
-        Reply::Presence(presence) => {
-            clean(&mut presence.instance);
-            clean(&mut presence.group);
-            if let Some(zone) = presence.zone.as_mut() {
-                clean(zone);
-            }
-        }
-        Reply::Heartbeat(heartbeat) => {
-            clean(&mut heartbeat.consumer);
-            if let Some(note) = heartbeat.progress.as_mut().and_then(|p| p.note.as_mut()) {
-                clean(note);
-            }
-        }
-        Reply::Result(result) => {
-            clean(&mut result.consumer);
-            match &mut result.outcome {
-                TaskOutcome::Succeeded {
-                    output: Some(output),
-                } => clean_value(output),
-                TaskOutcome::Succeeded { output: None } => {}
-                TaskOutcome::Failed { error } => clean(&mut error.message),
-            }
-        }
-    }
+async fn requeue(delivery: &Delivery) {
+    let _ = delivery
+        .nack(BasicNackOptions {
+            requeue: true,
+            ..BasicNackOptions::default()
+        })
+        .await;
 }
 
 async fn open_consumer(
@@ -345,78 +386,56 @@ async fn open_consumer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chime_consumer::protocol::TaskError;
-    use serde_json::json;
+    use chime_consumer::protocol::{AckMessage, PresenceMessage};
 
-    #[test]
-    fn nul_characters_are_replaced() {
-        let mut reply = Reply::Result(ResultMessage {
+    fn ack(task: u128) -> Reply {
+        Reply::Ack(AckMessage {
             v: 1,
-            task_id: uuid::Uuid::nil(),
-            attempt: 1,
-            consumer: "a\0b".into(),
-            finished_at: chrono::Utc::now(),
-            replayed: false,
-            outcome: TaskOutcome::Succeeded {
-                output: Some(json!({"k\0": ["x\0", {"y": "\0"}]})),
-            },
-        });
-        sanitise(&mut reply);
-        let text = serde_json::to_string(&reply).unwrap();
-        assert!(!text.contains("\\u0000"), "{text}");
-        let mut failed = Reply::Result(ResultMessage {
-            v: 1,
-            task_id: uuid::Uuid::nil(),
+            task_id: Uuid::from_u128(task),
             attempt: 1,
             consumer: "c".into(),
-            finished_at: chrono::Utc::now(),
-            replayed: false,
-            outcome: TaskOutcome::Failed {
-                error: TaskError {
-                    message: "bad\0".into(),
-                    retryable: false,
-                    retry_after_ms: None,
-                },
-            },
-        });
-        sanitise(&mut failed);
-        assert!(!serde_json::to_string(&failed).unwrap().contains("\\u0000"));
+            acked_at: chrono::Utc::now(),
+        })
     }
 
-    #[test]
-    fn presence_must_name_routable_groups_and_zones() {
-        let presence = |group: &str, zone: Option<&str>| PresenceMessage {
+    fn presence(instance: &str) -> Reply {
+        Reply::Presence(PresenceMessage {
             v: 1,
-            instance: "web-1".into(),
-            group: group.into(),
-            zone: zone.map(str::to_string),
+            instance: instance.into(),
+            group: "g".into(),
+            zone: None,
             broadcast: false,
             at: chrono::Utc::now(),
-        };
-        assert!(valid_presence(&presence("web", Some("dc1"))));
-        assert!(valid_presence(&presence("web", None)));
-        assert!(!valid_presence(&presence("web", Some("a.b"))));
-        assert!(!valid_presence(&presence("we b", None)));
+        })
     }
 
     #[test]
-    fn observer_registrations_must_carry_a_name_and_usable_patterns() {
-        let observe = |observer: &str, patterns: Vec<String>| ObserveMessage {
-            v: 1,
-            observer: observer.into(),
-            patterns,
-            at: chrono::Utc::now(),
+    fn each_round_touches_a_task_once_in_task_order() {
+        let (a1, b1, a2, p, a3, c1, q) = (
+            ack(3),
+            ack(1),
+            ack(3),
+            presence("p"),
+            ack(3),
+            ack(2),
+            presence("q"),
+        );
+        let replies = [&a1, &b1, &a2, &p, &a3, &c1, &q];
+        let rounds = rounds(&replies);
+        let ids = |round: &Vec<&Reply>| -> Vec<Option<u128>> {
+            round
+                .iter()
+                .map(|r| r.task_id().map(|id| id.as_u128()))
+                .collect()
         };
-        let one = |p: &str| vec![p.to_string()];
-        assert!(valid_observe(&observe("audit", one("shop.*"))));
-        assert!(valid_observe(&observe("audit", one("#"))));
-        assert!(!valid_observe(&observe("audit", vec![])));
-        assert!(!valid_observe(&observe("audit", one("shop..x"))));
-        assert!(!valid_observe(&observe("au dit", one("#"))));
-        let too_many = (0..=MAX_OBSERVER_PATTERNS)
-            .map(|i| format!("a{i}.*"))
-            .collect();
-        assert!(!valid_observe(&observe("audit", too_many)));
+        assert_eq!(rounds.len(), 3);
+        assert_eq!(ids(&rounds[0]), [None, None, Some(1), Some(2), Some(3)]);
+        assert!(std::ptr::eq(rounds[0][0], &p) && std::ptr::eq(rounds[0][1], &q));
+        assert!(std::ptr::eq(rounds[0][4], &a1));
+        assert_eq!(ids(&rounds[1]), [Some(3)]);
+        assert!(std::ptr::eq(rounds[1][0], &a2));
+        assert!(std::ptr::eq(rounds[2][0], &a3));
+        assert!(super::rounds(&[]).is_empty());
     }
 
     #[test]

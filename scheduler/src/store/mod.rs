@@ -190,6 +190,10 @@ pub struct FireBatch {
     pub unarmed: Vec<Uuid>,
 }
 
+/// What a reply did: its effect on its run and, when a result decided the run
+/// (`succeeded`, `failed` for a retry, or `dead`), the run's new state.
+pub type ReplyApplied = (ReplyEffect, Option<RunState>);
+
 /// What a reply did to its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyEffect {
@@ -346,24 +350,42 @@ pub trait Store: Send + Sync + 'static {
     /// `scheduled` and is published again.
     async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError>;
 
+    /// Applies consumers' replies in order, in one transaction: acks, heartbeats and
+    /// results to their runs, presence messages and observer registrations. Returns what
+    /// each reply did; a failure applies none of them. Replies to broadcast runs come
+    /// back as [`ReplyEffect::Broadcast`], for [`Store::record_broadcast_reply`].
+    async fn record_replies(&self, batch: &[Reply]) -> Result<Vec<ReplyApplied>, StoreError>;
+
+    /// Applies one reply (see [`Store::record_replies`]).
+    async fn record_reply(&self, reply: &Reply) -> Result<ReplyApplied, StoreError> {
+        let mut applied = self.record_replies(std::slice::from_ref(reply)).await?;
+        Ok(applied.pop().expect("one outcome per reply"))
+    }
+
     /// Applies a consumer's ack of the run's current attempt; the result (or a heartbeat)
     /// is then due within the run timeout.
-    async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError>;
+    async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError> {
+        Ok(self.record_reply(&Reply::Ack(ack.clone())).await?.0)
+    }
 
     /// Applies a heartbeat of the run's current attempt: moves its deadline to a run
     /// timeout from now and keeps any progress.
     async fn record_heartbeat(
         &self,
         heartbeat: &HeartbeatMessage,
-    ) -> Result<ReplyEffect, StoreError>;
+    ) -> Result<ReplyEffect, StoreError> {
+        Ok(self
+            .record_reply(&Reply::Heartbeat(heartbeat.clone()))
+            .await?
+            .0)
+    }
 
     /// Applies a consumer's result as [`after_result`] decides: success, a retry after
     /// the job's backoff (`failed`), or `dead` with the dead letter pending. When applied,
     /// also returns the run's new state.
-    async fn record_result(
-        &self,
-        result: &ResultMessage,
-    ) -> Result<(ReplyEffect, Option<RunState>), StoreError>;
+    async fn record_result(&self, result: &ResultMessage) -> Result<ReplyApplied, StoreError> {
+        self.record_reply(&Reply::Result(result.clone())).await
+    }
 
     /// A run by id.
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError>;
@@ -460,14 +482,22 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<(bool, Run)>, StoreError>;
 
     /// Records a consumer instance's presence message.
-    async fn record_presence(&self, presence: &PresenceMessage) -> Result<(), StoreError>;
+    async fn record_presence(&self, presence: &PresenceMessage) -> Result<(), StoreError> {
+        self.record_reply(&Reply::Presence(presence.clone()))
+            .await
+            .map(drop)
+    }
 
     /// The zones whose consumers sent a presence message since `since`, by group.
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError>;
 
     /// Records an observer's registration: each of its patterns is seen at `observe.at`
     /// (a pattern already seen later keeps its later time).
-    async fn record_observer(&self, observe: &ObserveMessage) -> Result<(), StoreError>;
+    async fn record_observer(&self, observe: &ObserveMessage) -> Result<(), StoreError> {
+        self.record_reply(&Reply::Observe(observe.clone()))
+            .await
+            .map(drop)
+    }
 
     /// Every distinct pattern some observer registered since `since`.
     async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError>;

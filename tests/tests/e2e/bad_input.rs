@@ -392,23 +392,52 @@ async fn garbage_on_the_reply_queue_is_dead_lettered_and_counted() {
         .publish(exchange, "reply", br#"{"type": "result", "v": 1}"#)
         .await;
     s.vhost.publish(exchange, "reply", br#"{"type": "ack", "v": 9, "task_id": "00000000-0000-0000-0000-000000000000", "attempt": 1, "consumer": "x", "acked_at": "2026-01-01T00:00:00Z"}"#).await;
+    // A batch is judged whole: one that nests a batch, or holds a presence message naming
+    // an unroutable zone, is dead-lettered; one about unknown tasks is simply applied.
+    let ack = r#"{"type": "ack", "v": 1, "task_id": "00000000-0000-0000-0000-000000000000", "attempt": 1, "consumer": "x", "acked_at": "2026-01-01T00:00:00Z"}"#;
+    let nested = format!(
+        r#"{{"v": 1, "type": "batch", "replies": [{ack}, {{"v": 1, "type": "batch", "replies": []}}]}}"#
+    );
+    s.vhost.publish(exchange, "reply", nested.as_bytes()).await;
+    let bad_zone = format!(
+        r#"{{"v": 1, "type": "batch", "replies": [{ack}, {{"type": "presence", "v": 1, "instance": "i", "group": "workers", "zone": "a.b", "broadcast": false, "at": "2026-01-01T00:00:00Z"}}]}}"#
+    );
+    s.vhost
+        .publish(exchange, "reply", bad_zone.as_bytes())
+        .await;
+    let harmless = format!(r#"{{"v": 1, "type": "batch", "replies": [{ack}, {ack}]}}"#);
+    s.vhost
+        .publish(exchange, "reply", harmless.as_bytes())
+        .await;
 
     wait::until(
-        "three malformed replies counted",
+        "five malformed replies counted",
         Duration::from_secs(20),
         || async {
             let text = s.chimed.api.metrics().await;
             (metric(
                 &text,
                 "chime_malformed_messages_total{queue=\"chime.replies\"}",
-            ) == 3.0)
+            ) == 5.0)
                 .then_some(())
         },
     )
     .await;
     wait::until("them in the reply DLQ", Duration::from_secs(10), || async {
-        (s.vhost.queue_state("chime.replies.dlq").await.0 == 3).then_some(())
+        (s.vhost.queue_state("chime.replies.dlq").await.0 == 5).then_some(())
     })
+    .await;
+    let unknown = |text: &str| {
+        metric(
+            text,
+            "chime_replies_total{kind=\"ack\",effect=\"unknown_run\"}",
+        )
+    };
+    wait::until(
+        "the harmless batch applied",
+        Duration::from_secs(10),
+        || async { (unknown(&s.chimed.api.metrics().await) >= 2.0).then_some(()) },
+    )
     .await;
     let before = succeeded().await;
     wait::until(

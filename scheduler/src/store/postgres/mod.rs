@@ -1,8 +1,10 @@
 //! The PostgreSQL store: the clustered store. Batches use arrays (`= ANY`, `UNNEST`) so a
 //! fire of many jobs is a handful of statements; instants are `timestamptz`. Cluster
-//! coordination (nodes, shard leases, notifications) lives in [`cluster`].
+//! coordination (nodes, shard leases, notifications) lives in [`cluster`], and applying
+//! consumers' replies in [`replies`].
 
 pub mod cluster;
+mod replies;
 
 use std::{collections::HashSet, str::FromStr, time::Duration as StdDuration};
 
@@ -16,19 +18,15 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, DeliveryMode, HeartbeatMessage, ObserveMessage, PresenceMessage,
-    ResultMessage, TaskOutcome,
-};
+use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyEffect, RunChange, RunPage, Store,
+    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyApplied, RunChange, RunPage, Store,
     StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones, plan_batch,
-    result_verdict, with_jobs,
+    with_jobs,
 };
 use crate::cluster::shard_of;
 use crate::domain::broadcast::InstanceReceipt;
-use crate::domain::retry::ResultVerdict;
 use crate::domain::{
     Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger,
 };
@@ -207,17 +205,6 @@ macro_rules! overdue_filter {
 }
 
 impl PostgresStore {
-    async fn reply_effect(&self, run_id: Uuid, applied: bool) -> Result<ReplyEffect, StoreError> {
-        if applied {
-            return Ok(ReplyEffect::Applied);
-        }
-        let mode: Option<String> = sqlx::query_scalar("SELECT mode FROM runs WHERE id = $1")
-            .bind(run_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(ReplyEffect::not_applied(mode.as_deref()))
-    }
-
     async fn live_zones_in(
         conn: &mut sqlx::PgConnection,
         since: DateTime<Utc>,
@@ -579,10 +566,14 @@ impl Store for PostgresStore {
         if run_ids.is_empty() {
             return Ok(());
         }
+        // Rows are locked in id order, as the result collector locks them, so the two
+        // never deadlock.
         sqlx::query(
             "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL,
                  due_at = $2 + ack_timeout_ms * interval '1 millisecond'
-             WHERE id = ANY($1) AND state = 'scheduled'",
+             FROM (SELECT id FROM runs WHERE id = ANY($1) AND state = 'scheduled'
+                   ORDER BY id FOR UPDATE) AS locked
+             WHERE runs.id = locked.id AND runs.state = 'scheduled'",
         )
         .bind(run_ids)
         .bind(at)
@@ -600,123 +591,15 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError> {
-        let applied = sqlx::query(
-            "UPDATE runs SET state = 'acked', acked_at = $2, consumer = $3,
-                 dispatched_at = COALESCE(dispatched_at, $2),
-                 due_at = now() + run_timeout_ms * interval '1 millisecond'
-             WHERE id = $1 AND state IN ('scheduled', 'dispatched') AND attempt = $4
-               AND mode <> 'broadcast'",
-        )
-        .bind(ack.task_id)
-        .bind(ack.acked_at)
-        .bind(&ack.consumer)
-        .bind(ack.attempt as i32)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1;
-        self.reply_effect(ack.task_id, applied).await
-    }
-
-    async fn record_heartbeat(
-        &self,
-        heartbeat: &HeartbeatMessage,
-    ) -> Result<ReplyEffect, StoreError> {
-        let applied = sqlx::query(
-            "UPDATE runs SET state = 'acked', heartbeat_at = $2, consumer = $3,
-                 acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2),
-                 progress = COALESCE($5, progress),
-                 due_at = now() + run_timeout_ms * interval '1 millisecond'
-             WHERE id = $1 AND state IN ('dispatched', 'acked') AND attempt = $4
-               AND mode <> 'broadcast'",
-        )
-        .bind(heartbeat.task_id)
-        .bind(heartbeat.at)
-        .bind(&heartbeat.consumer)
-        .bind(heartbeat.attempt as i32)
-        .bind(heartbeat.progress.as_ref().map(Json))
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1;
-        self.reply_effect(heartbeat.task_id, applied).await
-    }
-
-    async fn record_result(
-        &self,
-        result: &ResultMessage,
-    ) -> Result<(ReplyEffect, Option<RunState>), StoreError> {
+    async fn record_replies(&self, batch: &[Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
         let now = Utc::now();
         let mut tx = self.pool.begin().await?;
-        let Some(row) = sqlx::query(
-            "SELECT r.state, r.attempt, r.mode, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
-             WHERE r.id = $1 FOR UPDATE OF r",
-        )
-        .bind(result.task_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok((ReplyEffect::UnknownRun, None));
-        };
-        let what = format!("run {}", result.task_id);
-        if row.try_get::<String, _>("mode")? == DeliveryMode::Broadcast.as_str() {
-            return Ok((ReplyEffect::Broadcast, None));
+        let mut applied = Vec::with_capacity(batch.len());
+        for reply in batch {
+            applied.push(replies::record_reply(&mut tx, reply, now).await?);
         }
-        let state: String = row.try_get("state")?;
-        let state =
-            RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?;
-        let Json(settings) = row
-            .try_get::<Json<crate::domain::JobSettings>, _>("settings")
-            .map_err(|e| corrupt(&what, e))?;
-        let attempt = row.try_get::<i32, _>("attempt")? as u32;
-        let verdict = result_verdict(state, attempt, &settings, result, now);
-        let update = match &verdict {
-            ResultVerdict::Stale => return Ok((ReplyEffect::Stale, None)),
-            ResultVerdict::Succeeded => {
-                let output = match &result.outcome {
-                    TaskOutcome::Succeeded { output } => output.clone(),
-                    TaskOutcome::Failed { .. } => None,
-                };
-                sqlx::query(
-                    "UPDATE runs SET state = 'succeeded', finished_at = $2, consumer = $3,
-                         output = $4, error = NULL, due_at = NULL,
-                         acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2)
-                     WHERE id = $1",
-                )
-                .bind(result.task_id)
-                .bind(result.finished_at)
-                .bind(&result.consumer)
-                .bind(output)
-            }
-            ResultVerdict::Retry { at, record } => sqlx::query(
-                "UPDATE runs SET state = 'failed', finished_at = $2, consumer = $3, error = $4,
-                     due_at = $5, history = history || jsonb_build_array($6::jsonb),
-                     acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2)
-                 WHERE id = $1",
-            )
-            .bind(result.task_id)
-            .bind(result.finished_at)
-            .bind(&result.consumer)
-            .bind(record.error.clone())
-            .bind(*at)
-            .bind(Json(record.clone())),
-            ResultVerdict::Dead { reason, record } => sqlx::query(
-                "UPDATE runs SET state = 'dead', finished_at = $2, consumer = $3, error = $4,
-                     due_at = $5, history = history || jsonb_build_array($6::jsonb),
-                     acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2)
-                 WHERE id = $1",
-            )
-            .bind(result.task_id)
-            .bind(result.finished_at)
-            .bind(&result.consumer)
-            .bind(reason.clone())
-            .bind(now)
-            .bind(Json(record.clone())),
-        };
-        update.execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok((ReplyEffect::Applied, verdict.state()))
+        Ok(applied)
     }
 
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
@@ -941,44 +824,9 @@ impl Store for PostgresStore {
         Ok(Some((true, run)))
     }
 
-    async fn record_presence(&self, presence: &PresenceMessage) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO consumers (instance, group_name, zone, broadcast, last_seen)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (instance) DO UPDATE SET group_name = $2, zone = $3, broadcast = $4,
-                 last_seen = GREATEST(consumers.last_seen, $5)",
-        )
-        .bind(&presence.instance)
-        .bind(&presence.group)
-        .bind(&presence.zone)
-        .bind(presence.broadcast)
-        .bind(presence.at)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
         let mut conn = self.pool.acquire().await?;
         Self::live_zones_in(&mut conn, since).await
-    }
-
-    async fn record_observer(&self, observe: &ObserveMessage) -> Result<(), StoreError> {
-        let patterns: std::collections::BTreeSet<&str> =
-            observe.patterns.iter().map(String::as_str).collect();
-        let patterns: Vec<&str> = patterns.into_iter().collect();
-        sqlx::query(
-            "INSERT INTO observers (name, pattern, last_seen)
-             SELECT $1, pattern, $3 FROM UNNEST($2::text[]) AS pattern
-             ON CONFLICT (name, pattern) DO UPDATE
-                 SET last_seen = GREATEST(observers.last_seen, EXCLUDED.last_seen)",
-        )
-        .bind(&observe.observer)
-        .bind(&patterns)
-        .bind(observe.at)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
     }
 
     async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError> {

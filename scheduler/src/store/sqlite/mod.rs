@@ -1,6 +1,9 @@
 //! The SQLite store: the embedded default for a single node. WAL journal, a busy timeout,
 //! and `BEGIN IMMEDIATE` for every write transaction so writers queue instead of failing
-//! with "database is locked". Instants are stored as unix milliseconds.
+//! with "database is locked". Instants are stored as unix milliseconds. Consumers'
+//! replies are applied in [`replies`].
+
+mod replies;
 
 use std::{collections::HashSet, path::PathBuf, str::FromStr, time::Duration as StdDuration};
 
@@ -15,18 +18,14 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, DeliveryMode, HeartbeatMessage, ObserveMessage, PresenceMessage,
-    ResultMessage,
-};
+use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyEffect, RunChange, RunPage, Store,
+    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyApplied, RunChange, RunPage, Store,
     StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones, plan_batch,
-    result_verdict, with_jobs,
+    with_jobs,
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
-use crate::domain::retry::ResultVerdict;
 use crate::domain::{
     Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger,
 };
@@ -298,17 +297,6 @@ async fn insert_run<'e, E: Executor<'e, Database = Sqlite>>(
 }
 
 impl SqliteStore {
-    async fn reply_effect(&self, run_id: Uuid, applied: bool) -> Result<ReplyEffect, StoreError> {
-        if applied {
-            return Ok(ReplyEffect::Applied);
-        }
-        let mode: Option<String> = sqlx::query_scalar("SELECT mode FROM runs WHERE id = ?")
-            .bind(run_id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(ReplyEffect::not_applied(mode.as_deref()))
-    }
-
     /// Runs one retention `DELETE` (bound to a cutoff `?1` and a row limit `?2`) in its
     /// own short write transaction; returns the rows deleted.
     async fn delete_batch(
@@ -626,134 +614,15 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let applied = sqlx::query(
-            "UPDATE runs SET state = 'acked', acked_at = ?2, consumer = ?3,
-                 dispatched_at = COALESCE(dispatched_at, ?2), due_at = ?5 + run_timeout_ms
-             WHERE id = ?1 AND state IN ('scheduled', 'dispatched') AND attempt = ?4
-               AND mode <> 'broadcast'",
-        )
-        .bind(ack.task_id.to_string())
-        .bind(ms(ack.acked_at))
-        .bind(&ack.consumer)
-        .bind(ack.attempt)
-        .bind(ms(Utc::now()))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        tx.commit().await?;
-        self.reply_effect(ack.task_id, applied).await
-    }
-
-    async fn record_heartbeat(
-        &self,
-        heartbeat: &HeartbeatMessage,
-    ) -> Result<ReplyEffect, StoreError> {
-        let progress = heartbeat
-            .progress
-            .as_ref()
-            .map(|p| serde_json::to_string(p).expect("progress serialises"));
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let applied = sqlx::query(
-            "UPDATE runs SET state = 'acked', heartbeat_at = ?2, consumer = ?3,
-                 acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2),
-                 progress = COALESCE(?5, progress), due_at = ?6 + run_timeout_ms
-             WHERE id = ?1 AND state IN ('dispatched', 'acked') AND attempt = ?4
-               AND mode <> 'broadcast'",
-        )
-        .bind(heartbeat.task_id.to_string())
-        .bind(ms(heartbeat.at))
-        .bind(&heartbeat.consumer)
-        .bind(heartbeat.attempt)
-        .bind(progress)
-        .bind(ms(Utc::now()))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        tx.commit().await?;
-        self.reply_effect(heartbeat.task_id, applied).await
-    }
-
-    async fn record_result(
-        &self,
-        result: &ResultMessage,
-    ) -> Result<(ReplyEffect, Option<RunState>), StoreError> {
+    async fn record_replies(&self, batch: &[Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
         let now = Utc::now();
-        let id = result.task_id.to_string();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let Some(row) = sqlx::query(
-            "SELECT r.state, r.attempt, r.mode, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
-             WHERE r.id = ?",
-        )
-        .bind(&id)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok((ReplyEffect::UnknownRun, None));
-        };
-        let what = format!("run {id}");
-        if mode(&what, &row.try_get::<String, _>("mode")?)? == DeliveryMode::Broadcast {
-            return Ok((ReplyEffect::Broadcast, None));
+        let mut applied = Vec::with_capacity(batch.len());
+        for reply in batch {
+            applied.push(replies::record_reply(&mut tx, reply, now).await?);
         }
-        let state: String = row.try_get("state")?;
-        let state =
-            RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?;
-        let settings: crate::domain::JobSettings =
-            serde_json::from_str(&row.try_get::<String, _>("settings")?)
-                .map_err(|e| corrupt(&what, e))?;
-        let verdict = result_verdict(state, row.try_get("attempt")?, &settings, result, now);
-        let finished = ms(result.finished_at);
-        let update = match &verdict {
-            ResultVerdict::Stale => return Ok((ReplyEffect::Stale, None)),
-            ResultVerdict::Succeeded => {
-                let output = match &result.outcome {
-                    chime_consumer::protocol::TaskOutcome::Succeeded { output } => {
-                        output.as_ref().map(Value::to_string)
-                    }
-                    chime_consumer::protocol::TaskOutcome::Failed { .. } => None,
-                };
-                sqlx::query(
-                    "UPDATE runs SET state = 'succeeded', finished_at = ?2, consumer = ?3,
-                         output = ?4, error = NULL, due_at = NULL,
-                         acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2)
-                     WHERE id = ?1",
-                )
-                .bind(&id)
-                .bind(finished)
-                .bind(&result.consumer)
-                .bind(output)
-            }
-            ResultVerdict::Retry { at, record } => sqlx::query(
-                "UPDATE runs SET state = 'failed', finished_at = ?2, consumer = ?3, error = ?4,
-                     due_at = ?5, history = json_insert(history, '$[#]', json(?6)),
-                     acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2)
-                 WHERE id = ?1",
-            )
-            .bind(&id)
-            .bind(finished)
-            .bind(&result.consumer)
-            .bind(record.error.clone())
-            .bind(ms(*at))
-            .bind(record_text(Some(record))),
-            ResultVerdict::Dead { reason, record } => sqlx::query(
-                "UPDATE runs SET state = 'dead', finished_at = ?2, consumer = ?3, error = ?4,
-                     due_at = ?5, history = json_insert(history, '$[#]', json(?6)),
-                     acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2)
-                 WHERE id = ?1",
-            )
-            .bind(&id)
-            .bind(finished)
-            .bind(&result.consumer)
-            .bind(reason.clone())
-            .bind(ms(now))
-            .bind(record_text(Some(record))),
-        };
-        update.execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok((ReplyEffect::Applied, verdict.state()))
+        Ok(applied)
     }
 
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
@@ -988,44 +857,8 @@ impl Store for SqliteStore {
         Ok(Some((true, run)))
     }
 
-    async fn record_presence(&self, presence: &PresenceMessage) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(
-            "INSERT INTO consumers (instance, group_name, zone, broadcast, last_seen)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (instance) DO UPDATE SET group_name = ?2, zone = ?3, broadcast = ?4,
-                 last_seen = MAX(last_seen, ?5)",
-        )
-        .bind(&presence.instance)
-        .bind(&presence.group)
-        .bind(&presence.zone)
-        .bind(presence.broadcast)
-        .bind(ms(presence.at))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
         Self::live_zones_in(&self.pool, since).await
-    }
-
-    async fn record_observer(&self, observe: &ObserveMessage) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for pattern in &observe.patterns {
-            sqlx::query(
-                "INSERT INTO observers (name, pattern, last_seen) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (name, pattern) DO UPDATE SET last_seen = MAX(last_seen, ?3)",
-            )
-            .bind(&observe.observer)
-            .bind(pattern)
-            .bind(ms(observe.at))
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
     }
 
     async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
