@@ -135,6 +135,8 @@ struct Replies {
     _connection: Connection,
     consumer: lapin::Consumer,
     seen: Vec<Reply>,
+    /// How many replies each message carried, in order.
+    per_message: Vec<usize>,
 }
 
 impl Replies {
@@ -159,6 +161,7 @@ impl Replies {
             _connection: connection,
             consumer,
             seen: Vec::new(),
+            per_message: Vec::new(),
         }
     }
 
@@ -167,9 +170,11 @@ impl Replies {
         let deadline = tokio::time::Instant::now() + WAIT;
         while !check(&self.seen) {
             match tokio::time::timeout_at(deadline, self.consumer.next()).await {
-                Ok(Some(Ok(delivery))) => self
-                    .seen
-                    .push(Reply::from_slice(&delivery.data).expect("a valid reply")),
+                Ok(Some(Ok(delivery))) => {
+                    let replies = Reply::many_from_slice(&delivery.data).expect("valid replies");
+                    self.per_message.push(replies.len());
+                    self.seen.extend(replies);
+                }
                 Ok(other) => panic!("reply stream failed while waiting for {what}: {other:?}"),
                 Err(_) => panic!(
                     "timed out after {WAIT:?} waiting for {what}; replies: {:#?}",
@@ -516,6 +521,90 @@ async fn presence_carries_zone_and_broadcast() {
     assert!(!presence.broadcast);
     subscribed.stop().await;
     plain.stop().await;
+}
+
+#[tokio::test]
+async fn a_busy_consumer_batches_its_replies_and_can_be_told_not_to() {
+    const TASKS: usize = 300;
+    let vhost = Vhost::new();
+    let mut replies = Replies::open(&vhost).await;
+    let (_connection, channel) = vhost.channel().await;
+    for (group, batch) in [("batched", true), ("single", false)] {
+        let (seen, _ran) = mpsc::unbounded_channel();
+        let consumer = Running::consumer(
+            Consumer::builder(vhost.amqp_url(), group)
+                .instance(group)
+                .concurrency(64)
+                .prefetch(TASKS as u16)
+                .batch_replies(batch)
+                .fallback_handler(recording(seen)),
+        );
+        replies.presence_of(group).await;
+        let from = replies.per_message.len();
+        let seen_before = replies.seen.len();
+        // All published before any confirm is awaited, so replies pile up.
+        let tasks: Vec<TaskMessage> = (0..TASKS).map(|_| task("shop", "burst", group)).collect();
+        let mut confirms = Vec::new();
+        for task in &tasks {
+            let confirm = channel
+                .basic_publish(
+                    topology::TASK_EXCHANGE.into(),
+                    group.into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
+                    &task.to_vec(),
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .expect("publish");
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            let confirm = confirm.await.expect("confirm");
+            assert!(confirm.is_ack() && confirm.take_message().is_none());
+        }
+        let results_of = |seen: &[Reply]| {
+            seen.iter()
+                .filter(|r| matches!(r, Reply::Result(r) if r.consumer == group))
+                .count()
+        };
+        replies
+            .wait_for(&format!("{TASKS} results from {group}"), |seen| {
+                results_of(&seen[seen_before..]) == TASKS
+            })
+            .await;
+        consumer.stop().await;
+
+        let ours = &replies.seen[seen_before..];
+        for task in &tasks {
+            let of_task: Vec<&str> = ours
+                .iter()
+                .filter(|r| r.task_id() == Some(task.task_id))
+                .map(|r| match r {
+                    Reply::Ack(_) => "ack",
+                    Reply::Result(_) => "result",
+                    _ => "other",
+                })
+                .collect();
+            assert_eq!(of_task, ["ack", "result"], "task {}", task.task_id);
+        }
+        let largest = replies.per_message[from..].iter().max().copied();
+        if batch {
+            assert!(
+                largest > Some(1),
+                "{TASKS} tasks at once should share messages: {:?}",
+                &replies.per_message[from..]
+            );
+        } else {
+            assert_eq!(
+                largest,
+                Some(1),
+                "one reply per message when batching is off"
+            );
+        }
+    }
 }
 
 /// Polls `attempt` until it returns something.

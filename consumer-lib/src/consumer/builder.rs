@@ -35,6 +35,7 @@ pub struct ConsumerBuilder {
     prefetch: Option<u16>,
     drain_timeout: Duration,
     heartbeat_interval: Duration,
+    batch_replies: bool,
     idempotency: Arc<dyn IdempotencyStore>,
     handlers: HashMap<String, Registered>,
     fallback: Option<Registered>,
@@ -52,6 +53,7 @@ impl ConsumerBuilder {
             prefetch: None,
             drain_timeout: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(10),
+            batch_replies: true,
             idempotency: Arc::new(MemoryStore::default()),
             handlers: HashMap::new(),
             fallback: None,
@@ -114,6 +116,16 @@ impl ConsumerBuilder {
     /// than three times per run timeout of the job (the task says what it is).
     pub fn heartbeat_interval(mut self, every: Duration) -> Self {
         self.heartbeat_interval = every;
+        self
+    }
+
+    /// Whether replies that queue up while earlier ones await the broker's confirm go out
+    /// together, as one batch message (see `docs/protocol.md`). A busy consumer then
+    /// costs the broker and the scheduler far less per task. Turn it off only while some
+    /// `chimed` of the cluster predates reply batches: it would dead-letter them.
+    /// Default: on.
+    pub fn batch_replies(mut self, on: bool) -> Self {
+        self.batch_replies = on;
         self
     }
 
@@ -230,6 +242,7 @@ impl ConsumerBuilder {
                 prefetch,
                 drain_timeout: self.drain_timeout,
                 heartbeat_interval: self.heartbeat_interval,
+                batch_replies: self.batch_replies,
             }),
             idempotency: self.idempotency,
             handlers: Arc::new(Handlers {

@@ -83,6 +83,8 @@ pub(crate) struct Settings {
     pub(crate) prefetch: u16,
     pub(crate) drain_timeout: Duration,
     pub(crate) heartbeat_interval: Duration,
+    /// Whether replies may travel as batch messages.
+    pub(crate) batch_replies: bool,
 }
 
 /// A handler as registered for a job name.

@@ -78,7 +78,11 @@ impl Session {
                 .await?;
             consumers.push(consumer);
         }
-        let replies = ReplyPublisher::new(publish_channel, settings.instance.clone());
+        let replies = ReplyPublisher::new(
+            publish_channel,
+            settings.instance.clone(),
+            settings.batch_replies,
+        );
         let presence = presence::start(settings, &replies);
         Ok(Self {
             connection,

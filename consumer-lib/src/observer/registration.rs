@@ -43,7 +43,8 @@ pub(super) async fn register(
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
     topology::declare_replies(&channel).await?;
-    let replies = ReplyPublisher::new(channel, settings.name.clone());
+    // One registration at a time: nothing to batch.
+    let replies = ReplyPublisher::new(channel, settings.name.clone(), false);
     announce(&replies, settings).await?;
     let stop = CancellationToken::new();
     let guard = stop.clone().drop_guard();

@@ -17,10 +17,12 @@ async fn replies(vhost: &TestVhost, want: usize) -> Vec<Reply> {
     let mut replies = Vec::new();
     while replies.len() < want {
         match vhost.get(topology::REPLY_QUEUE).await {
-            Some(body) => match Reply::from_slice(&body).expect("replies parse") {
-                Reply::Presence(_) => {}
-                reply => replies.push(reply),
-            },
+            Some(body) => replies.extend(
+                Reply::many_from_slice(&body)
+                    .expect("replies parse")
+                    .into_iter()
+                    .filter(|reply| !matches!(reply, Reply::Presence(_))),
+            ),
             None => {
                 assert!(
                     tokio::time::Instant::now() < deadline,
