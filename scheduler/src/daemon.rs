@@ -25,7 +25,7 @@ use crate::{
     retention::{Pruner, RetentionSettings},
     store::{self, Backend},
     telemetry,
-    timer::{Timer, TimerSettings},
+    timer::{Timer, TimerSettings, arming_horizon},
 };
 
 /// Runs `chimed` with `config` until `shutdown` completes, then shuts down gracefully.
@@ -85,7 +85,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         ReconcileSettings {
             republish_after: config.republish_after,
             interval: config.reconcile_interval,
-            fire_ahead: config.fire_ahead,
+            armed_ahead: arming_horizon(config.fire_ahead),
         },
     );
     let pruner = Pruner::new(store.clone(), RetentionSettings::new(config.run_retention));

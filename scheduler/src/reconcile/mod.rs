@@ -5,7 +5,8 @@
 //! - `scheduled` longer than `republish_after` (publish failed, or the node stopped
 //!   between commit and confirm): publish again, same attempt. On start and on gaining
 //!   shards every `scheduled` run is taken at once, including fires the previous owner
-//!   armed up to `fire_ahead` before their time (the dispatcher holds those until then);
+//!   armed ahead of their time ([`crate::timer::arming_horizon`]; the dispatcher holds
+//!   those until then);
 //! - `dispatched` past the ack timeout, or `acked` past the run timeout (heartbeats move
 //!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out;
 //! - `failed` whose backoff elapsed: publish the next attempt;
@@ -43,6 +44,8 @@ use crate::{
 
 /// Most runs examined per page.
 const PASS_LIMIT: u32 = 1000;
+/// How far apart two nodes' clocks may be when one takes over the other's armed runs.
+const CLOCK_SKEW: Duration = Duration::from_secs(1);
 
 /// How the reconciler paces itself.
 #[derive(Debug, Clone, Copy)]
@@ -51,9 +54,10 @@ pub struct ReconcileSettings {
     pub republish_after: Duration,
     /// Time between passes.
     pub interval: Duration,
-    /// How far ahead the timer arms fires: a pass taking over shards collects
-    /// `scheduled` runs due up to this long from now.
-    pub fire_ahead: Duration,
+    /// How far ahead of now the timer may record fires
+    /// ([`crate::timer::arming_horizon`]): a pass taking over shards collects
+    /// `scheduled` runs due up to this long (plus [`CLOCK_SKEW`]) from now.
+    pub armed_ahead: Duration,
 }
 
 /// Why a pass runs.
@@ -123,21 +127,10 @@ impl Reconciler {
         self.pass(PassKind::Periodic, shards.as_deref()).await
     }
 
-    /// Where `scheduled` runs count as overdue, relative to now: `republish_after` ago
-    /// for a periodic pass; at start and on a takeover `fire_ahead` from now, as nobody
-    /// else will publish the runs a previous owner recorded, armed ones included.
-    fn unconfirmed_cutoff(&self, kind: PassKind) -> chrono::Duration {
-        let bounded = |d: Duration| chrono::Duration::from_std(d).expect("bounded setting");
-        match kind {
-            PassKind::Periodic => -bounded(self.settings.republish_after),
-            PassKind::Start | PassKind::Takeover => bounded(self.settings.fire_ahead),
-        }
-    }
-
     /// Acts on the runs of `shards` that are overdue now (`scheduled` ones: see
     /// [`Self::unconfirmed_cutoff`]).
     async fn pass(&self, kind: PassKind, shards: Option<&[u32]>) -> Result<PassReport, StoreError> {
-        let unconfirmed = self.unconfirmed_cutoff(kind);
+        let unconfirmed = unconfirmed_cutoff(&self.settings, kind);
         let reason = kind.reason();
         let mut report = PassReport::default();
         if shards.is_some_and(<[u32]>::is_empty) {
@@ -330,8 +323,13 @@ impl Reconciler {
             known = held;
             if !gained.is_empty() && started {
                 // The previous owner may have recorded runs it never got confirmed.
-                let shards = self.ownership.shard_filter().map(|_| gained);
-                self.report(self.pass(PassKind::Takeover, shards.as_deref()).await);
+                let shards = self.ownership.shard_filter().map(|_| gained.clone());
+                if !self.report(self.pass(PassKind::Takeover, shards.as_deref()).await) {
+                    // Taken over again at the next wake-up, armed runs included.
+                    for shard in &gained {
+                        known.remove(shard);
+                    }
+                }
             }
             if tokio::time::Instant::now() >= next_pass {
                 // The first pass takes over what a previous process left.
@@ -341,8 +339,8 @@ impl Reconciler {
                 } else {
                     PassKind::Start
                 };
-                self.report(self.pass(kind, shards.as_deref()).await);
-                started = true;
+                // A failed first pass is repeated as a first pass.
+                started |= self.report(self.pass(kind, shards.as_deref()).await);
                 next_pass = tokio::time::Instant::now() + self.settings.interval;
             }
             tokio::select! {
@@ -356,10 +354,58 @@ impl Reconciler {
         }
     }
 
-    fn report(&self, result: Result<PassReport, StoreError>) {
-        if let Err(error) = result {
+    /// Logs and counts a failed pass; returns whether the pass succeeded.
+    fn report(&self, result: Result<PassReport, StoreError>) -> bool {
+        if let Err(error) = &result {
             warn!(%error, "reconciler pass failed");
             metrics::counter!(telemetry::STORE_ERRORS, "operation" => "reconcile").increment(1);
         }
+        result.is_ok()
+    }
+}
+
+/// Where `scheduled` runs count as overdue, relative to now: `republish_after` ago for
+/// a periodic pass; at start and on a takeover as far ahead as a previous owner may have
+/// armed fires (its clock may run ahead of ours), as nobody else will publish the runs
+/// it recorded, armed ones included.
+fn unconfirmed_cutoff(settings: &ReconcileSettings, kind: PassKind) -> chrono::Duration {
+    let bounded = |d: Duration| chrono::Duration::from_std(d).expect("bounded setting");
+    match kind {
+        PassKind::Periodic => -bounded(settings.republish_after),
+        PassKind::Start | PassKind::Takeover => bounded(settings.armed_ahead + CLOCK_SKEW),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timer::arming_horizon;
+
+    #[test]
+    fn a_takeover_collects_everything_the_previous_owner_may_have_armed() {
+        for fire_ahead in [0, 500, 2_000, 10_000].map(Duration::from_millis) {
+            let settings = ReconcileSettings {
+                republish_after: Duration::from_secs(10),
+                interval: Duration::from_secs(1),
+                armed_ahead: arming_horizon(fire_ahead),
+            };
+            // One fire transaction records up to the horizon, past `fire_ahead` itself.
+            let armed = chrono::Duration::from_std(arming_horizon(fire_ahead)).unwrap();
+            assert!(armed >= chrono::Duration::from_std(fire_ahead).unwrap());
+            for kind in [PassKind::Start, PassKind::Takeover] {
+                assert!(
+                    unconfirmed_cutoff(&settings, kind) > armed,
+                    "{fire_ahead:?}"
+                );
+            }
+            assert_eq!(
+                unconfirmed_cutoff(&settings, PassKind::Periodic),
+                -chrono::Duration::seconds(10)
+            );
+        }
+        assert_eq!(
+            arming_horizon(Duration::from_secs(2)),
+            Duration::from_millis(2_200)
+        );
     }
 }

@@ -97,6 +97,13 @@ pub struct TimerSettings {
 /// come due a few milliseconds apart.
 const ARM_SLICES: i32 = 10;
 
+/// How far ahead of now one fire transaction may record runs: `fire_ahead` plus the
+/// arming slice being popped. A node taking over shards must collect the previous
+/// owner's `scheduled` runs at least this far ahead, or armed runs are left unpublished.
+pub fn arming_horizon(fire_ahead: Duration) -> Duration {
+    fire_ahead + fire_ahead / ARM_SLICES as u32
+}
+
 /// The timer service.
 pub struct Timer {
     store: Arc<dyn Store>,
@@ -253,7 +260,10 @@ impl Timer {
                 .current()
                 .fence(jobs.iter().map(|job| self.ownership.shard_of(*job))),
             // A job popped anywhere in the current slice is armed in full.
-            ahead: self.ahead + self.slice(),
+            ahead: chrono::Duration::from_std(arming_horizon(
+                self.ahead.to_std().expect("fire_ahead is not negative"),
+            ))
+            .expect("bounded fire_ahead"),
         };
         let batch = self.store.fire(jobs, now, self.grace, &firing).await?;
         self.retry.reset();
