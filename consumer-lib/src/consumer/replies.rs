@@ -70,8 +70,18 @@ impl ReplyPublisher {
     /// false every reply is its own message, for a scheduler older than batches.
     pub(crate) fn new(channel: Channel, instance: String, batch: bool) -> Self {
         let (queue, queued) = mpsc::unbounded_channel();
-        let max_replies = if batch { MAX_BATCH_REPLIES } else { 1 };
-        tokio::spawn(publish_queued(channel.clone(), queued, max_replies));
+        // Unbatched, nothing waits: replies are pipelined, each its own message.
+        let (max_replies, max_in_flight) = if batch {
+            (MAX_BATCH_REPLIES, MAX_BATCHES_IN_FLIGHT)
+        } else {
+            (1, usize::MAX)
+        };
+        tokio::spawn(publish_queued(
+            channel.clone(),
+            queued,
+            max_replies,
+            max_in_flight,
+        ));
         Self {
             queue,
             channel,
@@ -203,20 +213,21 @@ impl PendingReply {
     }
 }
 
-/// Publishes queued replies, batching those that queue up while
-/// [`MAX_BATCHES_IN_FLIGHT`] messages await their confirms. Ends when every
+/// Publishes queued replies, batching (up to `max_replies`) those that queue up while
+/// `max_in_flight` messages await their confirms. Ends when every
 /// [`ReplyPublisher`] is dropped and the last confirm is in.
 async fn publish_queued(
     channel: Channel,
     mut queued: mpsc::UnboundedReceiver<Queued>,
     max_replies: usize,
+    max_in_flight: usize,
 ) {
     let mut in_flight = FuturesUnordered::new();
     let mut open = true;
     while open || !in_flight.is_empty() {
         tokio::select! {
             Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
-            first = queued.recv(), if open && in_flight.len() < MAX_BATCHES_IN_FLIGHT => {
+            first = queued.recv(), if open && in_flight.len() < max_in_flight => {
                 let Some(first) = first else {
                     open = false;
                     continue;

@@ -94,6 +94,8 @@ impl Probe {
             .instance(instance)
             .concurrency(CONCURRENCY)
             .prefetch(PREFETCH)
+            // For comparisons: the consumer as it was before reply batches.
+            .batch_replies(std::env::var_os("CHIME_BENCH_NO_REPLY_BATCHES").is_none())
             .fallback_handler(handler)
             .build()
             .expect("a valid consumer");
