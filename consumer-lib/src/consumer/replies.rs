@@ -28,7 +28,7 @@ use crate::{
 /// Messages published and not yet confirmed before further replies wait to be batched.
 /// One sends the fewest broker messages; a reply waits at most one confirm round trip
 /// (a few ms) longer. In `chime-bench` W2 (1 000 fires/s) task consume lateness p99 was
-/// 14.6–20.5 ms on PostgreSQL and 11.5–17.3 ms on SQLite with one, 18.9–20.9 and
+/// 14.6–20.5 ms on PostgreSQL and 11.5–20.8 ms on SQLite with one, 18.9–20.9 and
 /// 16.4–27.4 ms with four (the box's noise is as large as the difference).
 const MAX_BATCHES_IN_FLIGHT: usize = 1;
 /// Most replies in one batch.
