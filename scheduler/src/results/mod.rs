@@ -126,7 +126,7 @@ impl ResultCollector {
             let mut batch = Vec::new();
             let mut replies = 0;
             let mut next = Some(next);
-            // Whatever the broker has pushed already joins this transaction.
+            // Whatever the broker has pushed already joins this batch.
             let ended = loop {
                 match next {
                     Some(Some(Ok(delivery))) => {
@@ -152,8 +152,8 @@ impl ResultCollector {
         }
     }
 
-    /// Applies the replies of `batch` in one transaction and settles every message;
-    /// if the store refuses the transaction, applies the messages one by one.
+    /// Applies the replies of `batch` (one transaction per [`rounds`] round) and settles
+    /// every message; if the store refuses them, applies the messages one by one.
     async fn apply_batch(&self, batch: Vec<Received>, cancel: &CancellationToken) {
         let Some(last) = batch.last() else { return };
         let replies: Vec<&Reply> = batch.iter().flat_map(|r| &r.replies).collect();
