@@ -634,7 +634,7 @@ async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn Store) {
         Reply::Presence(presence("web-1", "dc1", now)),
     ];
     let applied: Vec<ReplyEffect> = store
-        .record_replies(&batch)
+        .record_replies(&batch.iter().collect::<Vec<_>>())
         .await
         .unwrap()
         .into_iter()

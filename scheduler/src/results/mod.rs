@@ -209,12 +209,11 @@ impl ResultCollector {
         replies: &[&Reply],
         cancel: &CancellationToken,
     ) -> Result<(), Unapplied> {
-        let owned: Vec<Reply> = replies.iter().map(|r| (*r).clone()).collect();
         let applied = self
-            .hold_through_outage(cancel, || self.store.record_replies(&owned))
+            .hold_through_outage(cancel, || self.store.record_replies(replies))
             .await?;
         metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(1);
-        for (reply, applied) in owned.iter().zip(applied) {
+        for (reply, applied) in replies.iter().copied().zip(applied) {
             let applied = if applied.0 == ReplyEffect::Broadcast {
                 self.hold_through_outage(cancel, || {
                     self.store.record_broadcast_reply(reply, chrono::Utc::now())

@@ -354,11 +354,11 @@ pub trait Store: Send + Sync + 'static {
     /// results to their runs, presence messages and observer registrations. Returns what
     /// each reply did; a failure applies none of them. Replies to broadcast runs come
     /// back as [`ReplyEffect::Broadcast`], for [`Store::record_broadcast_reply`].
-    async fn record_replies(&self, batch: &[Reply]) -> Result<Vec<ReplyApplied>, StoreError>;
+    async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError>;
 
     /// Applies one reply (see [`Store::record_replies`]).
     async fn record_reply(&self, reply: &Reply) -> Result<ReplyApplied, StoreError> {
-        let mut applied = self.record_replies(std::slice::from_ref(reply)).await?;
+        let mut applied = self.record_replies(&[reply]).await?;
         Ok(applied.pop().expect("one outcome per reply"))
     }
 

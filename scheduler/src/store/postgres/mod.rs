@@ -591,7 +591,7 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn record_replies(&self, batch: &[Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
+    async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
         let now = Utc::now();
         let mut tx = self.pool.begin().await?;
         let mut applied = Vec::with_capacity(batch.len());

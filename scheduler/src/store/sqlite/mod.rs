@@ -614,7 +614,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn record_replies(&self, batch: &[Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
+    async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
         let now = Utc::now();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let mut applied = Vec::with_capacity(batch.len());
