@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{StreamExt, stream::FuturesUnordered};
 use lapin::{
-    BasicProperties, Connection, ConnectionProperties,
+    BasicProperties, Channel, Connection, ConnectionProperties, PublisherConfirm,
     options::{
         BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
         ConfirmSelectOptions,
@@ -46,29 +46,8 @@ impl Ceiling {
 /// Moves `n` messages of `body_bytes` through a fresh work queue in the vhost at `amqp_url`.
 pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Result<Ceiling> {
     let progress = Progress::new(format!("ceiling n={n}"));
-    let group = format!("ceiling-{}", uuid::Uuid::now_v7().simple());
-    let queue = topology::group_queue(&group);
-    let publisher = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
-    let consumer_conn = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
-    let channel = publisher.create_channel().await?;
-    topology::declare_exchanges(&channel).await?;
-    topology::declare_group(&channel, &group).await?;
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
-
-    let consume_channel = consumer_conn.create_channel().await?;
-    consume_channel
-        .basic_qos(PREFETCH, BasicQosOptions::default())
-        .await?;
-    let mut deliveries = consume_channel
-        .basic_consume(
-            queue.as_str().into(),
-            "ceiling".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    let mut lane = Lane::open(amqp_url, "ceiling").await?;
+    let mut deliveries = lane.take_deliveries();
     let started = Instant::now();
     let consuming = tokio::spawn(async move {
         let mut seen = 0;
@@ -88,22 +67,7 @@ pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Res
         if confirms.len() >= IN_FLIGHT {
             confirm(confirms.next().await)?;
         }
-        let properties = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_delivery_mode(2);
-        let pending = channel
-            .basic_publish(
-                topology::TASK_EXCHANGE.into(),
-                group.as_str().into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..BasicPublishOptions::default()
-                },
-                &body,
-                properties,
-            )
-            .await?;
-        confirms.push(pending);
+        confirms.push(lane.publish(&body).await?);
         progress.show(|| format!("published {i}/{n}"));
     }
     while let Some(outcome) = confirms.next().await {
@@ -114,11 +78,7 @@ pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Res
         .await
         .map_err(|_| anyhow::anyhow!("the ceiling consumer took over 10 minutes"))???
         .as_secs_f64();
-    let _ = consumer_conn.close(200, "done".into()).await;
-    channel
-        .queue_delete(queue.as_str().into(), Default::default())
-        .await?;
-    let _ = publisher.close(200, "done".into()).await;
+    lane.close().await?;
     progress.say(&format!(
         "published in {publish_s:.2} s, consumed in {consume_s:.2} s"
     ));
@@ -130,7 +90,89 @@ pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Res
     })
 }
 
-fn confirm(outcome: Option<Result<lapin::Confirmation, lapin::Error>>) -> anyhow::Result<()> {
+/// A fresh work queue with a plain publisher (confirms on) and a plain consumer (manual
+/// acks, prefetch [`PREFETCH`]) on their own connections.
+pub(super) struct Lane {
+    publisher: Connection,
+    consumer: Connection,
+    channel: Channel,
+    group: String,
+    deliveries: Option<lapin::Consumer>,
+}
+
+impl Lane {
+    /// Declares a queue named after `tag` in the vhost at `amqp_url` and starts consuming it.
+    pub(super) async fn open(amqp_url: &str, tag: &str) -> anyhow::Result<Self> {
+        let group = format!("{tag}-{}", uuid::Uuid::now_v7().simple());
+        let publisher = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
+        let consumer = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
+        let channel = publisher.create_channel().await?;
+        topology::declare_exchanges(&channel).await?;
+        topology::declare_group(&channel, &group).await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        let consume_channel = consumer.create_channel().await?;
+        consume_channel
+            .basic_qos(PREFETCH, BasicQosOptions::default())
+            .await?;
+        let deliveries = consume_channel
+            .basic_consume(
+                topology::group_queue(&group).as_str().into(),
+                tag.into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(Self {
+            publisher,
+            consumer,
+            channel,
+            group,
+            deliveries: Some(deliveries),
+        })
+    }
+
+    /// The consumer's deliveries (once).
+    pub(super) fn take_deliveries(&mut self) -> lapin::Consumer {
+        self.deliveries.take().expect("deliveries are taken once")
+    }
+
+    /// Publishes `body` as a persistent, mandatory task-like message; returns its confirm.
+    pub(super) async fn publish(&self, body: &[u8]) -> lapin::Result<PublisherConfirm> {
+        self.channel
+            .basic_publish(
+                topology::TASK_EXCHANGE.into(),
+                self.group.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                body,
+                BasicProperties::default()
+                    .with_content_type("application/json".into())
+                    .with_delivery_mode(2),
+            )
+            .await
+    }
+
+    /// Closes both connections and deletes the queue.
+    pub(super) async fn close(self) -> anyhow::Result<()> {
+        let _ = self.consumer.close(200, "done".into()).await;
+        self.channel
+            .queue_delete(
+                topology::group_queue(&self.group).as_str().into(),
+                Default::default(),
+            )
+            .await?;
+        let _ = self.publisher.close(200, "done".into()).await;
+        Ok(())
+    }
+}
+
+pub(super) fn confirm(
+    outcome: Option<Result<lapin::Confirmation, lapin::Error>>,
+) -> anyhow::Result<()> {
     match outcome {
         Some(Ok(lapin::Confirmation::Ack(None))) => Ok(()),
         other => anyhow::bail!("the ceiling publish was not confirmed cleanly: {other:?}"),

@@ -229,6 +229,21 @@ impl BenchDb {
         })
     }
 
+    /// Transactions committed in this database so far (PostgreSQL only; its statistics
+    /// lag by up to a second).
+    pub async fn commits(&self) -> anyhow::Result<Option<i64>> {
+        Ok(match self {
+            Self::Postgres(pool) => Some(
+                sqlx::query_scalar(
+                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+                )
+                .fetch_one(pool)
+                .await?,
+            ),
+            Self::Sqlite(_) => None,
+        })
+    }
+
     /// The PostgreSQL pool (workloads that only run on PostgreSQL).
     pub fn postgres(&self) -> anyhow::Result<&PgPool> {
         match self {

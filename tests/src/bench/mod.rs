@@ -13,6 +13,7 @@
 pub mod ceiling;
 pub mod db;
 pub mod machine;
+pub mod paced;
 pub mod probe;
 pub mod process;
 pub mod progress;

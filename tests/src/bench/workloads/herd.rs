@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::bench::{
     Backend, Ceilings,
     probe::{Probe, ms_between},
-    process::ProcessSample,
+    process::{MachineCpu, ProcessSample},
     progress::Progress,
     report::Outcome,
     stage::{GROUP, Stage},
@@ -55,10 +55,13 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
         progress.say("chimed became ready after the instant; lateness includes start-up");
     }
     let cpu_before = ProcessSample::read(pid);
+    let machine_before = (MachineCpu::read(), std::time::Instant::now());
     let timeout = Duration::from_secs(120 + n as u64 / 200);
     let all = probe.wait_for(n, timeout, &progress).await;
     let receipts = probe.receipts();
     let cpu_after = ProcessSample::read(pid);
+    let machine_cpu =
+        MachineCpu::read().since(&machine_before.0, machine_before.1.elapsed().as_secs_f64());
     // The dispatcher marks runs dispatched right after their confirms.
     let records = wait_dispatched(&stage, n, instant).await?;
     let body_len = probe.body_len();
@@ -87,6 +90,7 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     outcome.metric("throughput_per_s", n as f64 / consumed_s);
     lateness(&mut outcome, &receipts);
     outcome.metric("chimed_cpu_s", cpu_after.cpu_s - cpu_before.cpu_s);
+    outcome.metric("cpu_pct_by_program", &machine_cpu);
     outcome.metric("chimed_peak_rss_mib", cpu_after.peak_rss_mib);
     let window = (instant, instant + chrono::Duration::milliseconds(1));
     account_fires(&mut outcome, n, &records, &receipts, window);

@@ -1,6 +1,7 @@
 //! W2, steady rate: `m` jobs each firing every second, their phases spread evenly over
 //! the second, for `secs` seconds after a warm-up. Measures fires expected, recorded and
-//! consumed, lateness, and chimed's CPU time and peak memory.
+//! consumed, lateness, and chimed's CPU time and peak memory, then the broker's own
+//! lateness at the same rate ([`paced`]) to compare with.
 
 use std::time::Duration;
 
@@ -8,9 +9,9 @@ use chrono::Utc;
 use serde_json::json;
 
 use crate::bench::{
-    Backend,
+    Backend, paced,
     probe::Probe,
-    process::ProcessSample,
+    process::{MachineCpu, ProcessSample},
     progress::Progress,
     report::Outcome,
     stage::{GROUP, Stage},
@@ -18,6 +19,8 @@ use crate::bench::{
 
 use super::{account_fires, bench_job, lateness, to_ms};
 
+/// Longest the latency ceiling runs (its p99 settles well within this).
+const CEILING_SECS: u32 = 20;
 /// Warm-up after start before the measured window (start-up catch-up fires excluded).
 const WARM_UP: chrono::Duration = chrono::Duration::seconds(3);
 
@@ -49,16 +52,22 @@ pub async fn run(
     let end = start + chrono::Duration::seconds(secs.into());
     tokio::time::sleep((start - Utc::now()).to_std().unwrap_or_default()).await;
     let before = ProcessSample::read(pid);
+    let machine_before = (MachineCpu::read(), std::time::Instant::now());
+    let commits_before = stage.db.commits().await?;
     while Utc::now() < end {
         let left = (end - Utc::now()).num_seconds();
         progress.show(|| format!("{left} s left, {} tasks consumed", probe.count()));
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let after = ProcessSample::read(pid);
+    let machine_cpu =
+        MachineCpu::read().since(&machine_before.0, machine_before.1.elapsed().as_secs_f64());
+    let commits_after = stage.db.commits().await?;
     let expected = m * secs as usize;
     // Let the window's last fires drain through.
     let receipts = probe.drain_window((start, end), expected).await;
     let records = stage.db.runs_between(start, end).await?;
+    let body_len = probe.body_len();
     probe.stop().await;
     chimed.stop().await;
 
@@ -73,9 +82,24 @@ pub async fn run(
     outcome.metric("rate_vs_ceiling", m as f64 / broker_rate);
     outcome.metric("chimed_cpu_s", cpu_s);
     outcome.metric("chimed_cpu_pct", 100.0 * cpu_s / f64::from(secs));
+    outcome.metric("cpu_pct_by_program", &machine_cpu);
     outcome.metric("chimed_peak_rss_mib", after.peak_rss_mib);
+    if let (Some(before), Some(after)) = (commits_before, commits_after) {
+        outcome.metric(
+            "db_commits_per_fire",
+            (after - before) as f64 / expected as f64,
+        );
+    }
+    // The broker alone at the same rate, right after: the lateness no scheduler on this
+    // machine could beat.
+    let ceiling =
+        paced::measure(&stage.vhost.amqp_url(), m, secs.min(CEILING_SECS), body_len).await?;
+    outcome.metric("latency_ceiling", ceiling);
     let limit_ms = if m <= 1000 { 10.0 } else { 50.0 };
     let p99 = consume.map_or(f64::INFINITY, |s| s.p99_ms);
+    if let Some(broker) = ceiling.consume_lateness_ms {
+        outcome.metric("consume_p99_vs_ceiling", p99 / broker.p99_ms);
+    }
     outcome.check(
         format!("consume lateness p99 <= {limit_ms} ms"),
         format!("{p99:.1} ms"),
