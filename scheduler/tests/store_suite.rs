@@ -508,7 +508,11 @@ async fn one_shot_fires_once_and_finishes(store: &dyn Store) {
 /// Records an every-second job started at `now` and fires it at `now + 2 s`: the runs of
 /// its fires at +1 s and +2 s, both `scheduled`.
 async fn two_runs(store: &dyn Store, now: DateTime<Utc>) -> (Uuid, Uuid) {
-    let job = every_second("a", now);
+    two_runs_of(store, "a", now).await
+}
+
+async fn two_runs_of(store: &dyn Store, name: &str, now: DateTime<Utc>) -> (Uuid, Uuid) {
+    let job = every_second(name, now);
     store.insert_job(&job).await.unwrap();
     let fired = store
         .fire(&[job.id], now + Duration::seconds(2), GRACE, &firing())
@@ -666,6 +670,106 @@ async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn Store) {
         store.record_reply(&result).await.unwrap(),
         (Stale, None),
         "a repeated batch changes nothing"
+    );
+}
+
+async fn a_round_of_many_replies_writes_every_run(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut runs = Vec::new();
+    for name in ["a", "b", "c"] {
+        let (x, y) = two_runs_of(store, name, now).await;
+        runs.extend([x, y]);
+    }
+    store
+        .mark_dispatched(&runs, now + Duration::seconds(2))
+        .await
+        .unwrap();
+    let acked_at = |i: usize| now + Duration::milliseconds(3000 + i as i64);
+    let finished_at = |i: usize| now + Duration::milliseconds(5000 + i as i64);
+    let result = |i: usize, outcome| {
+        Reply::Result(ResultMessage {
+            v: PROTOCOL_VERSION,
+            task_id: runs[i],
+            attempt: 1,
+            consumer: format!("worker-{i}"),
+            finished_at: finished_at(i),
+            replayed: false,
+            outcome,
+        })
+    };
+    // One round of six acks, then one of five results: each is written in one go.
+    let mut batch: Vec<Reply> = (0..6)
+        .map(|i| {
+            Reply::Ack(AckMessage {
+                v: PROTOCOL_VERSION,
+                task_id: runs[i],
+                attempt: 1,
+                consumer: format!("worker-{i}"),
+                acked_at: acked_at(i),
+            })
+        })
+        .collect();
+    for i in 0..4 {
+        let output = (i != 3).then(|| json!({"n": i, "text": "fin ✓"}));
+        batch.push(result(i, TaskOutcome::Succeeded { output }));
+    }
+    batch.push(result(
+        4,
+        TaskOutcome::Failed {
+            error: TaskError {
+                message: "db down".into(),
+                retryable: true,
+                retry_after_ms: None,
+            },
+        },
+    ));
+    let applied = store
+        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let mut expected = vec![(ReplyEffect::Applied, None); 6];
+    expected.extend([(ReplyEffect::Applied, Some(RunState::Succeeded)); 4]);
+    expected.push((ReplyEffect::Applied, Some(RunState::Failed)));
+    assert_eq!(applied, expected);
+    for (i, id) in runs.iter().enumerate() {
+        let run = store.get_run(*id).await.unwrap().unwrap();
+        assert_eq!(run.acked_at, Some(acked_at(i)), "run {i}");
+        assert_eq!(
+            run.consumer.as_deref(),
+            Some(format!("worker-{i}").as_str())
+        );
+        assert_eq!(run.dispatched_at, Some(now + Duration::seconds(2)));
+        match i {
+            0..=3 => {
+                assert_eq!(run.state, RunState::Succeeded, "run {i}");
+                assert_eq!(run.finished_at, Some(finished_at(i)));
+                let output = (i != 3).then(|| json!({"n": i, "text": "fin ✓"}));
+                assert_eq!(run.output, output, "run {i}");
+                assert_eq!(run.error, None);
+            }
+            4 => {
+                assert_eq!(run.state, RunState::Failed);
+                assert_eq!(run.error.as_deref(), Some("db down"));
+            }
+            _ => assert_eq!(run.state, RunState::Acked),
+        }
+    }
+    // Acked runs are due within their run timeout; succeeded ones are due no more.
+    let overdue = store
+        .overdue_runs(
+            now + Duration::days(30),
+            now + Duration::days(30),
+            None,
+            100,
+            None,
+        )
+        .await
+        .unwrap();
+    let overdue: Vec<Uuid> = overdue.iter().map(|o| o.run.id).collect();
+    assert!(overdue.contains(&runs[5]) && overdue.contains(&runs[4]));
+    assert!(
+        runs[..4].iter().all(|id| !overdue.contains(id)),
+        "{overdue:?}"
     );
 }
 
@@ -1633,6 +1737,7 @@ store_suite!(
         one_shot_fires_once_and_finishes,
         replies_move_runs_through_their_states,
         a_batch_of_replies_applies_in_order_in_one_call,
+        a_round_of_many_replies_writes_every_run,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,
         retryable_failures_retry_after_backoff_then_die,

@@ -342,34 +342,13 @@ fn chrono_duration(d: std::time::Duration) -> chrono::Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{
-        DeliveryMode, OverlapPolicy, RunTrigger, Target, duration::HumanDuration,
-        misfire::MisfirePolicy, schedule::Schedule,
-    };
+    use crate::domain::{DeliveryMode, RunTrigger};
     use chrono::Duration;
     use std::time::Duration as Std;
     use uuid::Uuid;
 
     fn settings(max_attempts: u32) -> JobSettings {
-        JobSettings {
-            schedule: Schedule::from_spec(&crate::domain::schedule::ScheduleSpec {
-                every: Some("1s".into()),
-                ..Default::default()
-            })
-            .unwrap(),
-            target: Target {
-                mode: DeliveryMode::Broadcast,
-                ..Target::group("web")
-            },
-            payload: Value::Null,
-            ack_timeout: HumanDuration(Std::from_secs(2)),
-            max_attempts,
-            run_timeout: HumanDuration(Std::from_secs(10)),
-            backoff: Default::default(),
-            misfire: MisfirePolicy::FireOnce,
-            catch_up_limit: 10,
-            overlap: OverlapPolicy::Allow,
-        }
+        JobSettings::every_second(DeliveryMode::Broadcast, max_attempts)
     }
 
     fn t0() -> DateTime<Utc> {

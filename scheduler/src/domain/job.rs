@@ -176,6 +176,33 @@ pub enum OverlapPolicy {
     Forbid,
 }
 
+#[cfg(test)]
+impl JobSettings {
+    /// An every-second job for group `web` in `mode`, for unit tests.
+    pub(crate) fn every_second(mode: super::DeliveryMode, max_attempts: u32) -> Self {
+        use std::time::Duration;
+        JobSettings {
+            schedule: Schedule::from_spec(&super::schedule::ScheduleSpec {
+                every: Some("1s".into()),
+                ..Default::default()
+            })
+            .expect("a valid schedule"),
+            target: Target {
+                mode,
+                ..Target::group("web")
+            },
+            payload: Value::Null,
+            ack_timeout: HumanDuration(Duration::from_secs(2)),
+            max_attempts,
+            run_timeout: HumanDuration(Duration::from_secs(10)),
+            backoff: Default::default(),
+            misfire: MisfirePolicy::FireOnce,
+            catch_up_limit: 10,
+            overlap: super::OverlapPolicy::Allow,
+        }
+    }
+}
+
 /// A job's schedule and delivery settings — everything but its identity and pause state.
 /// Stored as one JSON document; the field names are the API's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

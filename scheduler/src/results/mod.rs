@@ -2,7 +2,7 @@
 //! applies them to runs.
 //!
 //! - Replies are applied in batches: everything the broker has already pushed (up to
-//!   [`MAX_BATCH_REPLIES`]) goes to the store in a few transactions (see [`rounds`]). A
+//!   [`MAX_BATCH_REPLIES`]) goes to the store in a few transactions (see [`reply_plan::rounds`]). A
 //!   message may itself be a batch (`"type": "batch"`); it is applied or dead-lettered
 //!   whole.
 //! - A message that does not parse is rejected without requeue, which dead-letters it to
@@ -16,7 +16,7 @@
 
 mod validate;
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use futures_util::{FutureExt, StreamExt};
 use lapin::{
@@ -30,7 +30,6 @@ use lapin::{
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
-use uuid::Uuid;
 
 use chime_consumer::{
     backoff::Backoff,
@@ -40,7 +39,7 @@ use chime_consumer::{
 use crate::{
     broker,
     domain::RunState,
-    store::{ReplyApplied, ReplyEffect, Store, StoreError},
+    store::{ReplyApplied, ReplyEffect, Store, StoreError, reply_plan},
     telemetry,
 };
 
@@ -152,7 +151,7 @@ impl ResultCollector {
         }
     }
 
-    /// Applies the replies of `batch` (one transaction per [`rounds`] round) and settles
+    /// Applies the replies of `batch` (one transaction per [`reply_plan::rounds`] round) and settles
     /// every message; if the store refuses them, applies the messages one by one.
     async fn apply_batch(&self, batch: Vec<Received>, cancel: &CancellationToken) {
         let Some(last) = batch.last() else { return };
@@ -193,10 +192,16 @@ impl ResultCollector {
         }
     }
 
-    /// Applies `replies` in as few transactions as [`rounds`] allows, holding them while
+    /// Applies `replies` in as few transactions as [`reply_plan::rounds`] allows, holding them while
     /// the store is unavailable.
     async fn apply(&self, replies: &[&Reply], cancel: &CancellationToken) -> Result<(), Unapplied> {
-        for round in rounds(replies) {
+        // One transaction per round: PostgreSQL checks a run's foreign key to its job
+        // again when one transaction updates the run twice, and that key-share lock on
+        // the job, taken in task order, would deadlock with a fire transaction locking
+        // the same jobs in job order. Rounds are ordered by task, so every collector, and
+        // the dispatcher's marker, lock runs in the same order.
+        for round in reply_plan::rounds(replies) {
+            let round: Vec<&Reply> = round.iter().map(|&i| replies[i]).collect();
             self.apply_round(&round, cancel).await?;
         }
         Ok(())
@@ -258,37 +263,6 @@ impl ResultCollector {
             }
         }
     }
-}
-
-/// Splits replies into transactions that each touch a run at most once: the first reply
-/// about each task, then the second, and so on (usually an ack, then its result), each
-/// ordered by task. PostgreSQL checks a run's foreign key to its job again when one
-/// transaction updates the run twice, and that key-share lock on the job, taken in task
-/// order, would deadlock with a fire transaction locking the same jobs in job order.
-/// Ordering by task makes every collector, and the dispatcher's marker, lock runs in
-/// the same order.
-fn rounds<'a>(replies: &[&'a Reply]) -> Vec<Vec<&'a Reply>> {
-    let mut seen: HashMap<Uuid, usize> = HashMap::new();
-    let mut rounds: Vec<Vec<&Reply>> = Vec::new();
-    for reply in replies {
-        let round = match reply.task_id() {
-            Some(task) => {
-                let count = seen.entry(task).or_default();
-                *count += 1;
-                *count - 1
-            }
-            None => 0,
-        };
-        if rounds.len() <= round {
-            rounds.resize_with(round + 1, Vec::new);
-        }
-        rounds[round].push(*reply);
-    }
-    for round in &mut rounds {
-        // Stable, so presence and registrations keep their order too.
-        round.sort_by_key(|reply| reply.task_id());
-    }
-    rounds
 }
 
 /// Parses a delivery into its replies, ready for the store; dead-letters it (and returns
@@ -385,57 +359,6 @@ async fn open_consumer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chime_consumer::protocol::{AckMessage, PresenceMessage};
-
-    fn ack(task: u128) -> Reply {
-        Reply::Ack(AckMessage {
-            v: 1,
-            task_id: Uuid::from_u128(task),
-            attempt: 1,
-            consumer: "c".into(),
-            acked_at: chrono::Utc::now(),
-        })
-    }
-
-    fn presence(instance: &str) -> Reply {
-        Reply::Presence(PresenceMessage {
-            v: 1,
-            instance: instance.into(),
-            group: "g".into(),
-            zone: None,
-            broadcast: false,
-            at: chrono::Utc::now(),
-        })
-    }
-
-    #[test]
-    fn each_round_touches_a_task_once_in_task_order() {
-        let (a1, b1, a2, p, a3, c1, q) = (
-            ack(3),
-            ack(1),
-            ack(3),
-            presence("p"),
-            ack(3),
-            ack(2),
-            presence("q"),
-        );
-        let replies = [&a1, &b1, &a2, &p, &a3, &c1, &q];
-        let rounds = rounds(&replies);
-        let ids = |round: &Vec<&Reply>| -> Vec<Option<u128>> {
-            round
-                .iter()
-                .map(|r| r.task_id().map(|id| id.as_u128()))
-                .collect()
-        };
-        assert_eq!(rounds.len(), 3);
-        assert_eq!(ids(&rounds[0]), [None, None, Some(1), Some(2), Some(3)]);
-        assert!(std::ptr::eq(rounds[0][0], &p) && std::ptr::eq(rounds[0][1], &q));
-        assert!(std::ptr::eq(rounds[0][4], &a1));
-        assert_eq!(ids(&rounds[1]), [Some(3)]);
-        assert!(std::ptr::eq(rounds[1][0], &a2));
-        assert!(std::ptr::eq(rounds[2][0], &a3));
-        assert!(super::rounds(&[]).is_empty());
-    }
 
     #[test]
     fn outages_are_transient_and_bad_data_is_not() {

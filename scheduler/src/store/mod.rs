@@ -31,6 +31,7 @@ macro_rules! finished_runs {
 }
 
 pub mod postgres;
+pub(crate) mod reply_plan;
 mod sqlite;
 pub mod testing;
 

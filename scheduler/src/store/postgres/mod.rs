@@ -567,12 +567,14 @@ impl Store for PostgresStore {
             return Ok(());
         }
         // Rows are locked in id order, as the result collector locks them, so the two
-        // never deadlock.
+        // never deadlock. The state is checked outside the locking query on purpose: with
+        // it inside, the cached generic plan ANDs the primary key with the whole partial
+        // index `runs_unfinished`, reading every unfinished run (and every dead index
+        // entry) on each call.
         sqlx::query(
             "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL,
                  due_at = $2 + ack_timeout_ms * interval '1 millisecond'
-             FROM (SELECT id FROM runs WHERE id = ANY($1) AND state = 'scheduled'
-                   ORDER BY id FOR UPDATE) AS locked
+             FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked
              WHERE runs.id = locked.id AND runs.state = 'scheduled'",
         )
         .bind(run_ids)
@@ -594,10 +596,7 @@ impl Store for PostgresStore {
     async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
         let now = Utc::now();
         let mut tx = self.pool.begin().await?;
-        let mut applied = Vec::with_capacity(batch.len());
-        for reply in batch {
-            applied.push(replies::record_reply(&mut tx, reply, now).await?);
-        }
+        let applied = replies::record_replies(&mut tx, batch, now).await?;
         tx.commit().await?;
         Ok(applied)
     }
@@ -640,12 +639,18 @@ impl Store for PostgresStore {
         if run_ids.is_empty() {
             return Ok(HashSet::new());
         }
-        let ids: Vec<Uuid> =
-            sqlx::query_scalar("SELECT id FROM runs WHERE id = ANY($1) AND state = 'scheduled'")
+        // The state is filtered here, not in SQL, for the reason given in
+        // `mark_dispatched`: the primary key alone is the cheap path.
+        let rows: Vec<(Uuid, String)> =
+            sqlx::query_as("SELECT id, state FROM runs WHERE id = ANY($1)")
                 .bind(run_ids)
                 .fetch_all(&self.pool)
                 .await?;
-        Ok(ids.into_iter().collect())
+        Ok(rows
+            .into_iter()
+            .filter(|(_, state)| state == RunState::Scheduled.as_str())
+            .map(|(id, _)| id)
+            .collect())
     }
 
     async fn overdue_runs(

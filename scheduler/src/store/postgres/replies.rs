@@ -1,58 +1,167 @@
-//! Applying consumers' replies on PostgreSQL: each function works inside the caller's
-//! transaction, so a batch of replies costs one commit.
+//! Applying consumers' replies on PostgreSQL, inside the caller's transaction: a batch
+//! costs one commit and a few statements per round, not one per reply.
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use serde_json::Value;
 use sqlx::{PgConnection, Row, types::Json};
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, DeliveryMode, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply,
-    ResultMessage, TaskOutcome,
+    AckMessage, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply, ResultMessage,
+    TaskOutcome,
 };
 
 use crate::{
-    domain::{JobSettings, RunState, retry::ResultVerdict},
-    store::{ReplyApplied, ReplyEffect, StoreError, corrupt, result_verdict},
+    domain::{JobSettings, retry::ResultVerdict},
+    store::{
+        ReplyApplied, ReplyEffect, StoreError, corrupt,
+        reply_plan::{self, RunFacts, SingleWrite},
+    },
 };
 
-/// Applies one reply at `now`.
-pub(super) async fn record_reply(
+/// Applies `batch` at `now`, round by round (see [`reply_plan`]): per round one statement
+/// locks and reads its runs in id order, one writes its acks and one its successes.
+pub(super) async fn record_replies(
     conn: &mut PgConnection,
-    reply: &Reply,
+    batch: &[&Reply],
+    now: DateTime<Utc>,
+) -> Result<Vec<ReplyApplied>, StoreError> {
+    let mut effects = Vec::with_capacity(batch.len());
+    for round in reply_plan::rounds(batch) {
+        let (ids, result_ids) = reply_plan::round_ids(batch, &round);
+        let facts = lock_runs(conn, &ids, &result_ids).await?;
+        let plan = reply_plan::plan_round(batch, &round, &facts, now);
+        write_acks(conn, &plan.acks).await?;
+        write_successes(conn, &plan.successes).await?;
+        for (index, single) in plan.singles {
+            effects.push((index, write_single(conn, single, now).await?));
+        }
+        effects.extend(plan.decided);
+    }
+    Ok(reply_plan::in_batch_order(batch.len(), effects))
+}
+
+/// Locks the runs `ids` in id order (so collectors and the dispatcher's marker cannot
+/// deadlock) and reads them; the job settings only of `result_ids`.
+async fn lock_runs(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    result_ids: &[Uuid],
+) -> Result<HashMap<Uuid, RunFacts>, StoreError> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = sqlx::query(
+        "SELECT r.id, r.state, r.attempt, r.mode,
+                CASE WHEN r.id = ANY($2) THEN j.settings END AS settings
+         FROM runs r JOIN jobs j ON j.id = r.job_id
+         WHERE r.id = ANY($1) ORDER BY r.id FOR UPDATE OF r",
+    )
+    .bind(ids)
+    .bind(result_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut facts = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let id: Uuid = row.try_get("id")?;
+        let what = format!("run {id}");
+        let settings = row
+            .try_get::<Option<Json<JobSettings>>, _>("settings")
+            .map_err(|e| corrupt(&what, e))?
+            .map(|Json(settings)| settings);
+        let run = RunFacts::from_columns(
+            &what,
+            row.try_get("state")?,
+            row.try_get::<i32, _>("attempt")? as u32,
+            row.try_get("mode")?,
+            settings,
+        )?;
+        facts.insert(id, run);
+    }
+    Ok(facts)
+}
+
+/// Acks that apply: each run becomes `acked`, its result due within its run timeout.
+async fn write_acks(conn: &mut PgConnection, acks: &[&AckMessage]) -> Result<(), StoreError> {
+    if acks.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = acks.iter().map(|a| a.task_id).collect();
+    let at: Vec<DateTime<Utc>> = acks.iter().map(|a| a.acked_at).collect();
+    let consumers: Vec<&str> = acks.iter().map(|a| a.consumer.as_str()).collect();
+    sqlx::query(
+        "UPDATE runs r SET state = 'acked', acked_at = a.at, consumer = a.consumer,
+             dispatched_at = COALESCE(r.dispatched_at, a.at),
+             due_at = now() + r.run_timeout_ms * interval '1 millisecond'
+         FROM UNNEST($1::uuid[], $2::timestamptz[], $3::text[]) AS a(id, at, consumer)
+         WHERE r.id = a.id",
+    )
+    .bind(&ids)
+    .bind(&at)
+    .bind(&consumers)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Results that succeed: each run becomes `succeeded` with its output.
+async fn write_successes(
+    conn: &mut PgConnection,
+    successes: &[&ResultMessage],
+) -> Result<(), StoreError> {
+    if successes.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = successes.iter().map(|r| r.task_id).collect();
+    let at: Vec<DateTime<Utc>> = successes.iter().map(|r| r.finished_at).collect();
+    let consumers: Vec<&str> = successes.iter().map(|r| r.consumer.as_str()).collect();
+    let outputs: Vec<Option<String>> = successes
+        .iter()
+        .map(|r| match &r.outcome {
+            TaskOutcome::Succeeded { output } => output.as_ref().map(Value::to_string),
+            TaskOutcome::Failed { .. } => None,
+        })
+        .collect();
+    sqlx::query(
+        "UPDATE runs r SET state = 'succeeded', finished_at = a.at, consumer = a.consumer,
+             output = a.output::jsonb, error = NULL, due_at = NULL,
+             acked_at = COALESCE(r.acked_at, a.at), dispatched_at = COALESCE(r.dispatched_at, a.at)
+         FROM UNNEST($1::uuid[], $2::timestamptz[], $3::text[], $4::text[])
+             AS a(id, at, consumer, output)
+         WHERE r.id = a.id",
+    )
+    .bind(&ids)
+    .bind(&at)
+    .bind(&consumers)
+    .bind(&outputs)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Writes a reply that is applied on its own.
+async fn write_single(
+    conn: &mut PgConnection,
+    single: SingleWrite<'_>,
     now: DateTime<Utc>,
 ) -> Result<ReplyApplied, StoreError> {
-    Ok(match reply {
-        Reply::Ack(ack) => (record_ack(conn, ack).await?, None),
-        Reply::Heartbeat(heartbeat) => (record_heartbeat(conn, heartbeat).await?, None),
-        Reply::Result(result) => record_result(conn, result, now).await?,
-        Reply::Presence(presence) => {
+    Ok(match single {
+        SingleWrite::Heartbeat(heartbeat) => (record_heartbeat(conn, heartbeat).await?, None),
+        SingleWrite::Failure(result, verdict) => {
+            write_failure(conn, result, &verdict, now).await?;
+            (ReplyEffect::Applied, verdict.state())
+        }
+        SingleWrite::Presence(presence) => {
             record_presence(conn, presence).await?;
             (ReplyEffect::Applied, None)
         }
-        Reply::Observe(observe) => {
+        SingleWrite::Observe(observe) => {
             record_observer(conn, observe).await?;
             (ReplyEffect::Applied, None)
         }
     })
-}
-
-async fn record_ack(conn: &mut PgConnection, ack: &AckMessage) -> Result<ReplyEffect, StoreError> {
-    let applied = sqlx::query(
-        "UPDATE runs SET state = 'acked', acked_at = $2, consumer = $3,
-             dispatched_at = COALESCE(dispatched_at, $2),
-             due_at = now() + run_timeout_ms * interval '1 millisecond'
-         WHERE id = $1 AND state IN ('scheduled', 'dispatched') AND attempt = $4
-           AND mode <> 'broadcast'",
-    )
-    .bind(ack.task_id)
-    .bind(ack.acked_at)
-    .bind(&ack.consumer)
-    .bind(ack.attempt as i32)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected()
-        == 1;
-    reply_effect(conn, ack.task_id, applied).await
 }
 
 async fn record_heartbeat(
@@ -79,51 +188,15 @@ async fn record_heartbeat(
     reply_effect(conn, heartbeat.task_id, applied).await
 }
 
-async fn record_result(
+/// A failed attempt: the run is retried later or given up, and the attempt goes into
+/// its history.
+async fn write_failure(
     conn: &mut PgConnection,
     result: &ResultMessage,
+    verdict: &ResultVerdict,
     now: DateTime<Utc>,
-) -> Result<ReplyApplied, StoreError> {
-    let Some(row) = sqlx::query(
-        "SELECT r.state, r.attempt, r.mode, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
-         WHERE r.id = $1 FOR UPDATE OF r",
-    )
-    .bind(result.task_id)
-    .fetch_optional(&mut *conn)
-    .await?
-    else {
-        return Ok((ReplyEffect::UnknownRun, None));
-    };
-    let what = format!("run {}", result.task_id);
-    if row.try_get::<String, _>("mode")? == DeliveryMode::Broadcast.as_str() {
-        return Ok((ReplyEffect::Broadcast, None));
-    }
-    let state: String = row.try_get("state")?;
-    let state =
-        RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?;
-    let Json(settings) = row
-        .try_get::<Json<JobSettings>, _>("settings")
-        .map_err(|e| corrupt(&what, e))?;
-    let attempt = row.try_get::<i32, _>("attempt")? as u32;
-    let verdict = result_verdict(state, attempt, &settings, result, now);
-    let update = match &verdict {
-        ResultVerdict::Stale => return Ok((ReplyEffect::Stale, None)),
-        ResultVerdict::Succeeded => {
-            let output = match &result.outcome {
-                TaskOutcome::Succeeded { output } => output.clone(),
-                TaskOutcome::Failed { .. } => None,
-            };
-            sqlx::query(
-                "UPDATE runs SET state = 'succeeded', finished_at = $2, consumer = $3,
-                     output = $4, error = NULL, due_at = NULL,
-                     acked_at = COALESCE(acked_at, $2), dispatched_at = COALESCE(dispatched_at, $2)
-                 WHERE id = $1",
-            )
-            .bind(result.task_id)
-            .bind(result.finished_at)
-            .bind(&result.consumer)
-            .bind(output)
-        }
+) -> Result<(), StoreError> {
+    let update = match verdict {
         ResultVerdict::Retry { at, record } => sqlx::query(
             "UPDATE runs SET state = 'failed', finished_at = $2, consumer = $3, error = $4,
                  due_at = $5, history = history || jsonb_build_array($6::jsonb),
@@ -148,9 +221,12 @@ async fn record_result(
         .bind(reason.clone())
         .bind(now)
         .bind(Json(record.clone())),
+        ResultVerdict::Stale | ResultVerdict::Succeeded => {
+            unreachable!("only failures are written one by one")
+        }
     };
     update.execute(&mut *conn).await?;
-    Ok((ReplyEffect::Applied, verdict.state()))
+    Ok(())
 }
 
 async fn record_presence(

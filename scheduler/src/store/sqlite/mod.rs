@@ -617,10 +617,7 @@ impl Store for SqliteStore {
     async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
         let now = Utc::now();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut applied = Vec::with_capacity(batch.len());
-        for reply in batch {
-            applied.push(replies::record_reply(&mut tx, reply, now).await?);
-        }
+        let applied = replies::record_replies(&mut tx, batch, now).await?;
         tx.commit().await?;
         Ok(applied)
     }

@@ -1,64 +1,175 @@
-//! Applying consumers' replies on SQLite: each function works inside the caller's write
-//! transaction, so a batch of replies costs one commit.
+//! Applying consumers' replies on SQLite, inside the caller's write transaction: a batch
+//! costs one commit and a few statements per round, not one per reply.
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sqlx::{Row, SqliteConnection};
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AckMessage, DeliveryMode, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply,
-    ResultMessage, TaskOutcome,
+    AckMessage, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply, ResultMessage,
+    TaskOutcome,
 };
 
-use super::{corrupt, mode, ms, record_text};
+use super::{corrupt, ms, record_text};
 use crate::{
-    domain::{RunState, retry::ResultVerdict},
-    store::{ReplyApplied, ReplyEffect, StoreError, result_verdict},
+    domain::{JobSettings, retry::ResultVerdict},
+    store::{
+        ReplyApplied, ReplyEffect, StoreError,
+        reply_plan::{self, RunFacts, SingleWrite},
+    },
 };
 
-/// Applies one reply at `now`.
-pub(super) async fn record_reply(
+/// Applies `batch` at `now`, round by round (see [`reply_plan`]): per round one statement
+/// reads its runs, one writes its acks and one its successes. Each statement is a trip
+/// to sqlx's SQLite worker thread, which costs far more than SQLite's own work.
+pub(super) async fn record_replies(
     conn: &mut SqliteConnection,
-    reply: &Reply,
+    batch: &[&Reply],
+    now: DateTime<Utc>,
+) -> Result<Vec<ReplyApplied>, StoreError> {
+    let mut effects = Vec::with_capacity(batch.len());
+    for round in reply_plan::rounds(batch) {
+        let (ids, result_ids) = reply_plan::round_ids(batch, &round);
+        let facts = read_runs(conn, &ids, &result_ids).await?;
+        let plan = reply_plan::plan_round(batch, &round, &facts, now);
+        write_acks(conn, &plan.acks, now).await?;
+        write_successes(conn, &plan.successes).await?;
+        for (index, single) in plan.singles {
+            effects.push((index, write_single(conn, single, now).await?));
+        }
+        effects.extend(plan.decided);
+    }
+    Ok(reply_plan::in_batch_order(batch.len(), effects))
+}
+
+/// Reads the runs `ids` (the write transaction already excludes other writers); the job
+/// settings only of `result_ids`.
+async fn read_runs(
+    conn: &mut SqliteConnection,
+    ids: &[Uuid],
+    result_ids: &[Uuid],
+) -> Result<HashMap<Uuid, RunFacts>, StoreError> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = sqlx::query(
+        "SELECT r.id, r.state, r.attempt, r.mode,
+                CASE WHEN r.id IN (SELECT value FROM json_each(?2)) THEN j.settings END
+                    AS settings
+         FROM runs r JOIN jobs j ON j.id = r.job_id
+         WHERE r.id IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(json!(ids).to_string())
+    .bind(json!(result_ids).to_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut facts = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let id: String = row.try_get("id")?;
+        let what = format!("run {id}");
+        let settings = row
+            .try_get::<Option<String>, _>("settings")?
+            .map(|text| serde_json::from_str::<JobSettings>(&text))
+            .transpose()
+            .map_err(|e| corrupt(&what, e))?;
+        let run = RunFacts::from_columns(
+            &what,
+            row.try_get("state")?,
+            row.try_get("attempt")?,
+            row.try_get("mode")?,
+            settings,
+        )?;
+        facts.insert(id.parse().map_err(|e| corrupt(&what, e))?, run);
+    }
+    Ok(facts)
+}
+
+/// Acks that apply: each run becomes `acked`, its result due within its run timeout.
+async fn write_acks(
+    conn: &mut SqliteConnection,
+    acks: &[&AckMessage],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if acks.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Value> = acks
+        .iter()
+        .map(|a| json!([a.task_id, ms(a.acked_at), a.consumer]))
+        .collect();
+    sqlx::query(
+        "UPDATE runs SET state = 'acked', acked_at = a.at, consumer = a.consumer,
+             dispatched_at = COALESCE(runs.dispatched_at, a.at),
+             due_at = ?2 + runs.run_timeout_ms
+         FROM (SELECT value ->> 0 AS id, value ->> 1 AS at, value ->> 2 AS consumer
+               FROM json_each(?1)) AS a
+         WHERE runs.id = a.id",
+    )
+    .bind(Value::Array(rows).to_string())
+    .bind(ms(now))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Results that succeed: each run becomes `succeeded` with its output.
+async fn write_successes(
+    conn: &mut SqliteConnection,
+    successes: &[&ResultMessage],
+) -> Result<(), StoreError> {
+    if successes.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Value> = successes
+        .iter()
+        .map(|r| {
+            let output = match &r.outcome {
+                TaskOutcome::Succeeded { output } => output.as_ref().map(Value::to_string),
+                TaskOutcome::Failed { .. } => None,
+            };
+            json!([r.task_id, ms(r.finished_at), r.consumer, output])
+        })
+        .collect();
+    sqlx::query(
+        "UPDATE runs SET state = 'succeeded', finished_at = a.at, consumer = a.consumer,
+             output = a.output, error = NULL, due_at = NULL,
+             acked_at = COALESCE(runs.acked_at, a.at),
+             dispatched_at = COALESCE(runs.dispatched_at, a.at)
+         FROM (SELECT value ->> 0 AS id, value ->> 1 AS at, value ->> 2 AS consumer,
+                      value ->> 3 AS output
+               FROM json_each(?1)) AS a
+         WHERE runs.id = a.id",
+    )
+    .bind(Value::Array(rows).to_string())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Writes a reply that is applied on its own.
+async fn write_single(
+    conn: &mut SqliteConnection,
+    single: SingleWrite<'_>,
     now: DateTime<Utc>,
 ) -> Result<ReplyApplied, StoreError> {
-    Ok(match reply {
-        Reply::Ack(ack) => (record_ack(conn, ack, now).await?, None),
-        Reply::Heartbeat(heartbeat) => (record_heartbeat(conn, heartbeat, now).await?, None),
-        Reply::Result(result) => record_result(conn, result, now).await?,
-        Reply::Presence(presence) => {
+    Ok(match single {
+        SingleWrite::Heartbeat(heartbeat) => (record_heartbeat(conn, heartbeat, now).await?, None),
+        SingleWrite::Failure(result, verdict) => {
+            write_failure(conn, result, &verdict, now).await?;
+            (ReplyEffect::Applied, verdict.state())
+        }
+        SingleWrite::Presence(presence) => {
             record_presence(conn, presence).await?;
             (ReplyEffect::Applied, None)
         }
-        Reply::Observe(observe) => {
+        SingleWrite::Observe(observe) => {
             record_observer(conn, observe).await?;
             (ReplyEffect::Applied, None)
         }
     })
-}
-
-async fn record_ack(
-    conn: &mut SqliteConnection,
-    ack: &AckMessage,
-    now: DateTime<Utc>,
-) -> Result<ReplyEffect, StoreError> {
-    let applied = sqlx::query(
-        "UPDATE runs SET state = 'acked', acked_at = ?2, consumer = ?3,
-             dispatched_at = COALESCE(dispatched_at, ?2), due_at = ?5 + run_timeout_ms
-         WHERE id = ?1 AND state IN ('scheduled', 'dispatched') AND attempt = ?4
-           AND mode <> 'broadcast'",
-    )
-    .bind(ack.task_id.to_string())
-    .bind(ms(ack.acked_at))
-    .bind(&ack.consumer)
-    .bind(ack.attempt)
-    .bind(ms(now))
-    .execute(&mut *conn)
-    .await?
-    .rows_affected()
-        == 1;
-    reply_effect(conn, ack.task_id, applied).await
 }
 
 async fn record_heartbeat(
@@ -90,52 +201,17 @@ async fn record_heartbeat(
     reply_effect(conn, heartbeat.task_id, applied).await
 }
 
-async fn record_result(
+/// A failed attempt: the run is retried later or given up, and the attempt goes into
+/// its history.
+async fn write_failure(
     conn: &mut SqliteConnection,
     result: &ResultMessage,
+    verdict: &ResultVerdict,
     now: DateTime<Utc>,
-) -> Result<ReplyApplied, StoreError> {
+) -> Result<(), StoreError> {
     let id = result.task_id.to_string();
-    let Some(row) = sqlx::query(
-        "SELECT r.state, r.attempt, r.mode, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
-         WHERE r.id = ?",
-    )
-    .bind(&id)
-    .fetch_optional(&mut *conn)
-    .await?
-    else {
-        return Ok((ReplyEffect::UnknownRun, None));
-    };
-    let what = format!("run {id}");
-    if mode(&what, &row.try_get::<String, _>("mode")?)? == DeliveryMode::Broadcast {
-        return Ok((ReplyEffect::Broadcast, None));
-    }
-    let state: String = row.try_get("state")?;
-    let state =
-        RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?;
-    let settings: crate::domain::JobSettings =
-        serde_json::from_str(&row.try_get::<String, _>("settings")?)
-            .map_err(|e| corrupt(&what, e))?;
-    let verdict = result_verdict(state, row.try_get("attempt")?, &settings, result, now);
     let finished = ms(result.finished_at);
-    let update = match &verdict {
-        ResultVerdict::Stale => return Ok((ReplyEffect::Stale, None)),
-        ResultVerdict::Succeeded => {
-            let output = match &result.outcome {
-                TaskOutcome::Succeeded { output } => output.as_ref().map(Value::to_string),
-                TaskOutcome::Failed { .. } => None,
-            };
-            sqlx::query(
-                "UPDATE runs SET state = 'succeeded', finished_at = ?2, consumer = ?3,
-                     output = ?4, error = NULL, due_at = NULL,
-                     acked_at = COALESCE(acked_at, ?2), dispatched_at = COALESCE(dispatched_at, ?2)
-                 WHERE id = ?1",
-            )
-            .bind(&id)
-            .bind(finished)
-            .bind(&result.consumer)
-            .bind(output)
-        }
+    let update = match verdict {
         ResultVerdict::Retry { at, record } => sqlx::query(
             "UPDATE runs SET state = 'failed', finished_at = ?2, consumer = ?3, error = ?4,
                  due_at = ?5, history = json_insert(history, '$[#]', json(?6)),
@@ -160,9 +236,12 @@ async fn record_result(
         .bind(reason.clone())
         .bind(ms(now))
         .bind(record_text(Some(record))),
+        ResultVerdict::Stale | ResultVerdict::Succeeded => {
+            unreachable!("only failures are written one by one")
+        }
     };
     update.execute(&mut *conn).await?;
-    Ok((ReplyEffect::Applied, verdict.state()))
+    Ok(())
 }
 
 async fn record_presence(

@@ -1,0 +1,347 @@
+//! How a batch of replies is applied, decided without I/O so both stores share it.
+//!
+//! A batch is split into [`rounds`]: round k holds the k-th reply about each task (plus,
+//! in round 0, the replies about no task), ordered by task. Replies about different tasks
+//! commute and replies about one task keep their order, so applying the rounds one after
+//! the other is applying the batch in order.
+//!
+//! Within a round each run is named at most once, so every reply can be decided from the
+//! run as it was when the round began ([`RunFacts`], read once for the whole round).
+//! Acks that apply and results that succeed, the bulk of the traffic, are then written
+//! with one set-based statement each per round ([`RoundPlan`]); the rarer replies
+//! (heartbeats, failures, presence, registrations) are written one by one.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use chime_consumer::protocol::{
+    AckMessage, DeliveryMode, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply,
+    ResultMessage,
+};
+
+use crate::{
+    domain::{JobSettings, RunState, retry::ResultVerdict},
+    store::{ReplyApplied, ReplyEffect, StoreError, corrupt, result_verdict},
+};
+
+/// One round of a batch: indices into the batch, ordered by task.
+pub(crate) type Round = Vec<usize>;
+
+/// Splits `replies` into rounds (see the module docs). Every index appears once.
+pub(crate) fn rounds(replies: &[&Reply]) -> Vec<Round> {
+    let mut seen: HashMap<Uuid, usize> = HashMap::new();
+    let mut rounds: Vec<Round> = Vec::new();
+    for (index, reply) in replies.iter().enumerate() {
+        let round = match reply.task_id() {
+            Some(task) => {
+                let count = seen.entry(task).or_default();
+                *count += 1;
+                *count - 1
+            }
+            None => 0,
+        };
+        if rounds.len() <= round {
+            rounds.resize_with(round + 1, Vec::new);
+        }
+        rounds[round].push(index);
+    }
+    for round in &mut rounds {
+        // Stable, so presence and registrations keep their order too.
+        round.sort_by_key(|&index| replies[index].task_id());
+    }
+    rounds
+}
+
+/// What a round needs to know about one of its runs, read under the round's locks.
+#[derive(Debug, Clone)]
+pub(crate) struct RunFacts {
+    /// Its state.
+    pub state: RunState,
+    /// Its current attempt.
+    pub attempt: u32,
+    /// Its job's delivery mode.
+    pub mode: DeliveryMode,
+    /// Its job's settings (read only for runs a result names).
+    pub settings: Option<JobSettings>,
+}
+
+impl RunFacts {
+    /// Facts from a store's columns; `what` names the run in errors.
+    pub(crate) fn from_columns(
+        what: &str,
+        state: &str,
+        attempt: u32,
+        mode: &str,
+        settings: Option<JobSettings>,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            state: RunState::parse(state)
+                .ok_or_else(|| corrupt(what, format!("state {state:?}")))?,
+            attempt,
+            mode: DeliveryMode::parse(mode)
+                .ok_or_else(|| corrupt(what, format!("mode {mode:?}")))?,
+            settings,
+        })
+    }
+}
+
+/// The runs a round names (`ids`) and those a result names (`result_ids`), whose job
+/// settings must be read too.
+pub(crate) fn round_ids(replies: &[&Reply], round: &Round) -> (Vec<Uuid>, Vec<Uuid>) {
+    let ids = round.iter().filter_map(|&i| replies[i].task_id()).collect();
+    let result_ids = round
+        .iter()
+        .filter_map(|&i| match replies[i] {
+            Reply::Result(result) => Some(result.task_id),
+            _ => None,
+        })
+        .collect();
+    (ids, result_ids)
+}
+
+/// A reply written on its own.
+#[derive(Debug)]
+pub(crate) enum SingleWrite<'a> {
+    /// A heartbeat: the store's statement decides whether it applies.
+    Heartbeat(&'a HeartbeatMessage),
+    /// A failed attempt: retried later or given up.
+    Failure(&'a ResultMessage, ResultVerdict),
+    /// A consumer instance announcing itself.
+    Presence(&'a PresenceMessage),
+    /// An observer registering its patterns.
+    Observe(&'a ObserveMessage),
+}
+
+/// How one round is written, and what each of its replies did.
+#[derive(Debug, Default)]
+pub(crate) struct RoundPlan<'a> {
+    /// Acks that apply: each run becomes `acked`.
+    pub acks: Vec<&'a AckMessage>,
+    /// Results that succeed: each run becomes `succeeded`.
+    pub successes: Vec<&'a ResultMessage>,
+    /// Replies written one by one, by batch index.
+    pub singles: Vec<(usize, SingleWrite<'a>)>,
+    /// The effect of every other reply, by batch index.
+    pub decided: Vec<(usize, ReplyApplied)>,
+}
+
+/// Decides `round` of `replies` from `facts` (the runs that exist) at `now`.
+pub(crate) fn plan_round<'a>(
+    replies: &[&'a Reply],
+    round: &Round,
+    facts: &HashMap<Uuid, RunFacts>,
+    now: DateTime<Utc>,
+) -> RoundPlan<'a> {
+    let mut plan = RoundPlan::default();
+    for &index in round {
+        match replies[index] {
+            Reply::Ack(ack) => match facts.get(&ack.task_id) {
+                Some(run) if ack_applies(run, ack) => {
+                    plan.acks.push(ack);
+                    plan.decided.push((index, (ReplyEffect::Applied, None)));
+                }
+                run => plan.decided.push((index, (not_applied(run), None))),
+            },
+            Reply::Result(result) => match facts.get(&result.task_id) {
+                Some(run) if run.mode != DeliveryMode::Broadcast => {
+                    let settings = run
+                        .settings
+                        .as_ref()
+                        .expect("settings are read for every run a result names");
+                    let verdict = result_verdict(run.state, run.attempt, settings, result, now);
+                    match verdict {
+                        ResultVerdict::Stale => {
+                            plan.decided.push((index, (ReplyEffect::Stale, None)));
+                        }
+                        ResultVerdict::Succeeded => {
+                            plan.successes.push(result);
+                            plan.decided
+                                .push((index, (ReplyEffect::Applied, Some(RunState::Succeeded))));
+                        }
+                        failure => plan
+                            .singles
+                            .push((index, SingleWrite::Failure(result, failure))),
+                    }
+                }
+                run => plan.decided.push((index, (not_applied(run), None))),
+            },
+            Reply::Heartbeat(heartbeat) => plan
+                .singles
+                .push((index, SingleWrite::Heartbeat(heartbeat))),
+            Reply::Presence(presence) => {
+                plan.singles.push((index, SingleWrite::Presence(presence)))
+            }
+            Reply::Observe(observe) => plan.singles.push((index, SingleWrite::Observe(observe))),
+        }
+    }
+    plan
+}
+
+/// An ack applies to the current attempt of a run not yet acked, unless it is a
+/// broadcast run (whose replies are recorded per consumer instead).
+fn ack_applies(run: &RunFacts, ack: &AckMessage) -> bool {
+    matches!(run.state, RunState::Scheduled | RunState::Dispatched)
+        && run.attempt == ack.attempt
+        && run.mode != DeliveryMode::Broadcast
+}
+
+fn not_applied(run: Option<&RunFacts>) -> ReplyEffect {
+    match run {
+        None => ReplyEffect::UnknownRun,
+        Some(run) if run.mode == DeliveryMode::Broadcast => ReplyEffect::Broadcast,
+        Some(_) => ReplyEffect::Stale,
+    }
+}
+
+/// Puts the effects of a batch's replies, decided round by round, back in batch order.
+pub(crate) fn in_batch_order(len: usize, effects: Vec<(usize, ReplyApplied)>) -> Vec<ReplyApplied> {
+    let mut ordered: Vec<Option<ReplyApplied>> = vec![None; len];
+    for (index, effect) in effects {
+        ordered[index] = Some(effect);
+    }
+    ordered
+        .into_iter()
+        .map(|effect| effect.expect("every reply of a batch is decided"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use chime_consumer::protocol::{TaskError, TaskOutcome};
+
+    use super::*;
+
+    fn ack(task_id: Uuid, attempt: u32) -> AckMessage {
+        AckMessage {
+            v: 1,
+            task_id,
+            attempt,
+            consumer: "c".into(),
+            acked_at: Utc::now(),
+        }
+    }
+
+    fn result(task_id: Uuid, attempt: u32, outcome: TaskOutcome) -> ResultMessage {
+        ResultMessage {
+            v: 1,
+            task_id,
+            attempt,
+            consumer: "c".into(),
+            finished_at: Utc::now(),
+            replayed: false,
+            outcome,
+        }
+    }
+
+    fn success(task_id: Uuid, attempt: u32) -> ResultMessage {
+        result(task_id, attempt, TaskOutcome::Succeeded { output: None })
+    }
+
+    #[test]
+    fn each_round_touches_a_task_once_in_task_order() {
+        let task = Uuid::from_u128;
+        let presence = |instance: &str| {
+            Reply::Presence(PresenceMessage {
+                v: 1,
+                instance: instance.into(),
+                group: "g".into(),
+                zone: None,
+                broadcast: false,
+                at: Utc::now(),
+            })
+        };
+        let replies = [
+            Reply::Ack(ack(task(3), 1)), // 0
+            Reply::Ack(ack(task(1), 1)), // 1
+            Reply::Ack(ack(task(3), 1)), // 2
+            presence("p"),               // 3
+            Reply::Ack(ack(task(3), 1)), // 4
+            Reply::Ack(ack(task(2), 1)), // 5
+            presence("q"),               // 6
+        ];
+        let refs: Vec<&Reply> = replies.iter().collect();
+        assert_eq!(rounds(&refs), vec![vec![3, 6, 1, 5, 0], vec![2], vec![4]]);
+        assert!(rounds(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_round_sets_aside_what_applies_and_decides_the_rest() {
+        let settings = JobSettings::every_second(DeliveryMode::Group, 3);
+        let run = |state, attempt, mode| RunFacts {
+            state,
+            attempt,
+            mode,
+            settings: Some(settings.clone()),
+        };
+        let ids: Vec<Uuid> = (1..=6).map(Uuid::from_u128).collect();
+        let facts = HashMap::from([
+            (ids[0], run(RunState::Dispatched, 1, DeliveryMode::Group)),
+            (ids[1], run(RunState::Acked, 1, DeliveryMode::Group)),
+            (
+                ids[2],
+                run(RunState::Dispatched, 1, DeliveryMode::Broadcast),
+            ),
+            (ids[3], run(RunState::Succeeded, 2, DeliveryMode::Group)),
+            (ids[4], run(RunState::Acked, 1, DeliveryMode::Group)),
+        ]);
+        let failed = result(
+            ids[4],
+            1,
+            TaskOutcome::Failed {
+                error: TaskError {
+                    message: "boom".into(),
+                    retryable: true,
+                    retry_after_ms: None,
+                },
+            },
+        );
+        let replies = [
+            Reply::Ack(ack(ids[0], 1)),        // applies
+            Reply::Ack(ack(ids[1], 1)),        // already acked: stale
+            Reply::Ack(ack(ids[2], 1)),        // broadcast
+            Reply::Result(success(ids[3], 1)), // already succeeded: stale
+            Reply::Result(failed),             // written alone
+            Reply::Ack(ack(ids[5], 1)),        // no such run
+        ];
+        let refs: Vec<&Reply> = replies.iter().collect();
+        let round: Round = (0..replies.len()).collect();
+        let plan = plan_round(&refs, &round, &facts, Utc::now());
+        assert_eq!(plan.acks.len(), 1);
+        assert_eq!(plan.acks[0].task_id, ids[0]);
+        assert!(plan.successes.is_empty());
+        assert!(matches!(
+            plan.singles.as_slice(),
+            [(4, SingleWrite::Failure(_, ResultVerdict::Retry { .. }))]
+        ));
+        let effects: HashMap<usize, ReplyEffect> =
+            plan.decided.iter().map(|(i, (e, _))| (*i, *e)).collect();
+        assert_eq!(effects[&0], ReplyEffect::Applied);
+        assert_eq!(effects[&1], ReplyEffect::Stale);
+        assert_eq!(effects[&2], ReplyEffect::Broadcast);
+        assert_eq!(effects[&3], ReplyEffect::Stale);
+        assert_eq!(effects[&5], ReplyEffect::UnknownRun);
+
+        let success = [Reply::Result(success(ids[1], 1))];
+        let refs: Vec<&Reply> = success.iter().collect();
+        let plan = plan_round(&refs, &vec![0], &facts, Utc::now());
+        assert_eq!(plan.successes.len(), 1);
+        assert_eq!(
+            plan.decided,
+            vec![(0, (ReplyEffect::Applied, Some(RunState::Succeeded)))]
+        );
+    }
+
+    #[test]
+    fn effects_return_to_batch_order() {
+        let effects = vec![
+            (1, (ReplyEffect::Stale, None)),
+            (0, (ReplyEffect::Applied, None)),
+        ];
+        assert_eq!(
+            in_batch_order(2, effects),
+            vec![(ReplyEffect::Applied, None), (ReplyEffect::Stale, None)]
+        );
+    }
+}
