@@ -1,10 +1,10 @@
 //! One store test suite, run against both backends: every case gets a fresh SQLite file
 //! and a fresh PostgreSQL database (PostgreSQL must be running: deploy/local/postgres.sh).
 
-use std::sync::Arc;
+use std::{collections::HashSet, sync::Arc};
 
 use chime_consumer::protocol::{
-    AckMessage, HeartbeatMessage, OBSERVER_TTL_MS, ObserveMessage, PROTOCOL_VERSION,
+    AckMessage, AttemptRecord, HeartbeatMessage, OBSERVER_TTL_MS, ObserveMessage, PROTOCOL_VERSION,
     PresenceMessage, Progress, Reply, ResultMessage, TaskError, TaskOutcome,
 };
 use chime_scheduler::{
@@ -16,7 +16,10 @@ use chime_scheduler::{
         schedule::ScheduleSpec,
     },
     retention::{PruneOutcome, Pruner, RetentionSettings},
-    store::{Expect, Firing, JobPage, Replay, ReplyEffect, RunPage, Store, StoreError, live_since},
+    store::{
+        Expect, Firing, JobPage, NextAttempt, Replay, ReplyEffect, RunPage, Store, StoreError,
+        live_since,
+    },
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
@@ -770,6 +773,98 @@ async fn a_round_of_many_replies_writes_every_run(store: &dyn Store) {
     assert!(
         runs[..4].iter().all(|id| !overdue.contains(id)),
         "{overdue:?}"
+    );
+}
+
+async fn next_attempts_moves_only_runs_still_as_expected(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let mut runs = Vec::new();
+    for name in ["a", "b"] {
+        let (x, y) = two_runs_of(store, name, now).await;
+        runs.extend([x, y]);
+    }
+    store
+        .mark_dispatched(&runs, now + Duration::seconds(2))
+        .await
+        .unwrap();
+    let timeout = AttemptRecord {
+        attempt: 1,
+        event: "ack_timeout".into(),
+        at: now + Duration::minutes(1),
+        consumer: None,
+        error: Some("not acked within 30s".into()),
+        retry_at: None,
+    };
+    let later = now + Duration::minutes(1);
+    let moves = [
+        // As read: moved, with the timeout in its history.
+        NextAttempt {
+            run_id: runs[0],
+            expect: Expect::exactly(RunState::Dispatched, 1),
+            record: Some(&timeout),
+        },
+        // Read as another attempt: left alone.
+        NextAttempt {
+            run_id: runs[1],
+            expect: Expect::exactly(RunState::Dispatched, 2),
+            record: Some(&timeout),
+        },
+        // Any unfinished state will do: moved, no history entry.
+        NextAttempt {
+            run_id: runs[2],
+            expect: Expect::unfinished(),
+            record: None,
+        },
+        // Read as acked, but it is still dispatched: left alone.
+        NextAttempt {
+            run_id: runs[3],
+            expect: Expect::exactly(RunState::Acked, 1),
+            record: None,
+        },
+        // No such run.
+        NextAttempt {
+            run_id: Uuid::now_v7(),
+            expect: Expect::unfinished(),
+            record: None,
+        },
+    ];
+    let moved = store.next_attempts(&moves, later).await.unwrap();
+    assert_eq!(moved, HashSet::from([runs[0], runs[2]]));
+    for (i, id) in runs.iter().enumerate() {
+        let run = store.get_run(*id).await.unwrap().unwrap();
+        if i == 0 || i == 2 {
+            assert_eq!(
+                (run.state, run.attempt),
+                (RunState::Scheduled, 2),
+                "run {i}"
+            );
+            assert_eq!((run.due_at, run.dispatched_at), (Some(later), None));
+        } else {
+            assert_eq!(
+                (run.state, run.attempt),
+                (RunState::Dispatched, 1),
+                "run {i}"
+            );
+        }
+        let expected_history = if i == 0 {
+            vec![timeout.clone()]
+        } else {
+            vec![]
+        };
+        assert_eq!(run.history, expected_history, "run {i}");
+    }
+    assert!(store.next_attempts(&[], later).await.unwrap().is_empty());
+    // Once moved, the same expectation no longer holds.
+    assert!(
+        !store
+            .next_attempt(
+                runs[0],
+                Expect::exactly(RunState::Dispatched, 1),
+                None,
+                later
+            )
+            .await
+            .unwrap()
     );
 }
 
@@ -1738,6 +1833,7 @@ store_suite!(
         replies_move_runs_through_their_states,
         a_batch_of_replies_applies_in_order_in_one_call,
         a_round_of_many_replies_writes_every_run,
+        next_attempts_moves_only_runs_still_as_expected,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,
         retryable_failures_retry_after_backoff_then_die,

@@ -26,6 +26,7 @@ mod dead_letters;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use chime_consumer::protocol::AttemptRecord;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -38,7 +39,7 @@ use crate::{
         DeliveryMode, RunState,
         retry::{Missed, TimeoutVerdict, after_timeout},
     },
-    store::{Expect, OverdueRun, Store, StoreError},
+    store::{Expect, NextAttempt, OverdueRun, Store, StoreError},
     telemetry,
 };
 
@@ -92,6 +93,23 @@ pub struct PassReport {
     pub killed: usize,
     /// Dead letters published and confirmed.
     pub dead_lettered: usize,
+}
+
+/// An overdue run to publish as its next attempt once the store has moved it.
+struct Advance {
+    item: OverdueRun,
+    /// What its history notes (a timeout), if anything.
+    record: Option<AttemptRecord>,
+    counted: Counted,
+}
+
+/// Which metric a moved run counts towards.
+#[derive(Clone, Copy)]
+enum Counted {
+    /// `chime_republishes_total{reason}`: a missed deadline.
+    Republish(&'static str),
+    /// `chime_retries_total`: a failed attempt's backoff elapsed.
+    Retry,
 }
 
 /// The reconciler service.
@@ -151,6 +169,7 @@ impl Reconciler {
                 .and_then(|item| Some((item.run.due_at?, item.run.id)));
             report.examined += count;
             let mut dead = Vec::new();
+            let mut advances = Vec::new();
             for item in overdue {
                 if item.run.mode == DeliveryMode::Broadcast
                     && matches!(item.run.state, RunState::Dispatched | RunState::Acked)
@@ -166,18 +185,38 @@ impl Reconciler {
                         report.republished += 1;
                     }
                     RunState::Dispatched => {
-                        self.timed_out(item, Missed::Ack, now, &mut report, &mut dead)
-                            .await?
+                        self.timed_out(
+                            item,
+                            Missed::Ack,
+                            now,
+                            &mut report,
+                            &mut advances,
+                            &mut dead,
+                        )
+                        .await?
                     }
                     RunState::Acked => {
-                        self.timed_out(item, Missed::Run, now, &mut report, &mut dead)
-                            .await?
+                        self.timed_out(
+                            item,
+                            Missed::Run,
+                            now,
+                            &mut report,
+                            &mut advances,
+                            &mut dead,
+                        )
+                        .await?
                     }
-                    RunState::Failed => self.retry(item, now, &mut report).await?,
+                    // A failed run's backoff elapsed: publish the next attempt.
+                    RunState::Failed => advances.push(Advance {
+                        item,
+                        record: None,
+                        counted: Counted::Retry,
+                    }),
                     RunState::Dead => dead.push(item),
                     RunState::Succeeded => {}
                 }
             }
+            self.advance(advances, now, &mut report).await?;
             report.dead_lettered += dead_letters::publish(
                 self.store.as_ref(),
                 &self.publisher,
@@ -207,13 +246,15 @@ impl Reconciler {
         }
     }
 
-    /// A run missed its ack or run deadline: the next attempt, or `dead`.
+    /// A run missed its ack or run deadline: the next attempt (added to `advances`), or
+    /// `dead`.
     async fn timed_out(
         &self,
         mut item: OverdueRun,
         missed: Missed,
         now: DateTime<Utc>,
         report: &mut PassReport,
+        advances: &mut Vec<Advance>,
         dead: &mut Vec<OverdueRun>,
     ) -> Result<(), StoreError> {
         let run = &item.run;
@@ -231,19 +272,11 @@ impl Reconciler {
             now,
         );
         match verdict {
-            TimeoutVerdict::Republish { record } => {
-                if self
-                    .store
-                    .next_attempt(run.id, expect, Some(&record), now)
-                    .await?
-                {
-                    metrics::counter!(telemetry::REPUBLISHES, "reason" => missed.event())
-                        .increment(1);
-                    item.run.attempt += 1;
-                    self.dispatch.resubmit([item.job.task_message(&item.run)]);
-                    report.republished += 1;
-                }
-            }
+            TimeoutVerdict::Republish { record } => advances.push(Advance {
+                item,
+                record: Some(record),
+                counted: Counted::Republish(missed.event()),
+            }),
             TimeoutVerdict::Dead { reason, record } => {
                 if self
                     .store
@@ -289,24 +322,42 @@ impl Reconciler {
         Ok(())
     }
 
-    /// A failed run's backoff elapsed: publish the next attempt.
-    async fn retry(
+    /// Moves `advances` to their next attempt in one store call and publishes those
+    /// still as they were read (a reply that arrived meanwhile wins).
+    async fn advance(
         &self,
-        mut item: OverdueRun,
+        advances: Vec<Advance>,
         now: DateTime<Utc>,
         report: &mut PassReport,
     ) -> Result<(), StoreError> {
-        let expect = Expect::exactly(RunState::Failed, item.run.attempt);
-        if self
-            .store
-            .next_attempt(item.run.id, expect, None, now)
-            .await?
+        let runs: Vec<NextAttempt<'_>> = advances
+            .iter()
+            .map(|a| NextAttempt {
+                run_id: a.item.run.id,
+                expect: Expect::exactly(a.item.run.state, a.item.run.attempt),
+                record: a.record.as_ref(),
+            })
+            .collect();
+        let moved = self.store.next_attempts(&runs, now).await?;
+        let mut tasks = Vec::with_capacity(moved.len());
+        for Advance {
+            mut item, counted, ..
+        } in advances
         {
-            metrics::counter!(telemetry::RETRIES).increment(1);
+            if !moved.contains(&item.run.id) {
+                continue;
+            }
+            match counted {
+                Counted::Republish(reason) => {
+                    metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
+                }
+                Counted::Retry => metrics::counter!(telemetry::RETRIES).increment(1),
+            }
             item.run.attempt += 1;
-            self.dispatch.resubmit([item.job.task_message(&item.run)]);
+            tasks.push(item.job.task_message(&item.run));
             report.republished += 1;
         }
+        self.dispatch.resubmit(tasks);
         Ok(())
     }
 

@@ -271,6 +271,17 @@ impl Expect {
     }
 }
 
+/// A run to move to its next attempt (see [`Store::next_attempts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NextAttempt<'a> {
+    /// The run.
+    pub run_id: Uuid,
+    /// How it must still be for the move to happen.
+    pub expect: Expect,
+    /// What to note in its history, if anything.
+    pub record: Option<&'a AttemptRecord>,
+}
+
 /// What asking to replay a dead-lettered run found.
 #[derive(Debug, Clone)]
 pub enum Replay {
@@ -414,15 +425,30 @@ pub trait Store: Send + Sync + 'static {
         shards: Option<&[u32]>,
     ) -> Result<Vec<OverdueRun>, StoreError>;
 
-    /// Moves a run found as `expect` to `scheduled` as attempt + 1, due now, noting
-    /// `record` in its history; false if the run changed meanwhile.
+    /// Moves each run found as its `expect` to `scheduled` as attempt + 1, due now,
+    /// noting its `record` in its history, in one statement. Returns the runs moved; the
+    /// others changed meanwhile.
+    async fn next_attempts(
+        &self,
+        runs: &[NextAttempt<'_>],
+        now: DateTime<Utc>,
+    ) -> Result<HashSet<Uuid>, StoreError>;
+
+    /// [`Store::next_attempts`] for one run; false if it changed meanwhile.
     async fn next_attempt(
         &self,
         run_id: Uuid,
         expect: Expect,
         record: Option<&AttemptRecord>,
         now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, StoreError> {
+        let run = NextAttempt {
+            run_id,
+            expect,
+            record,
+        };
+        Ok(self.next_attempts(&[run], now).await?.contains(&run_id))
+    }
 
     /// Gives up a run found as `expect`: `dead` with `reason`, noting `record`. Unless
     /// `dead_lettered` (the broker already put it in a dead-letter queue), the dead

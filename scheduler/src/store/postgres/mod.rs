@@ -21,9 +21,9 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyApplied, RunChange, RunPage, Store,
-    StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones, plan_batch,
-    with_jobs,
+    Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied, RunChange, RunPage,
+    Store, StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones,
+    plan_batch, with_jobs,
 };
 use crate::cluster::shard_of;
 use crate::domain::broadcast::InstanceReceipt;
@@ -698,32 +698,53 @@ impl Store for PostgresStore {
         Ok(with_jobs(runs, decode_jobs(&jobs, job_from_row)))
     }
 
-    async fn next_attempt(
+    async fn next_attempts(
         &self,
-        run_id: Uuid,
-        expect: Expect,
-        record: Option<&AttemptRecord>,
+        runs: &[NextAttempt<'_>],
         now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let changed = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE runs SET state = 'scheduled', attempt = attempt + 1, due_at = $2,
+    ) -> Result<HashSet<Uuid>, StoreError> {
+        if runs.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let ids: Vec<Uuid> = runs.iter().map(|r| r.run_id).collect();
+        let states: Vec<Option<&str>> = runs
+            .iter()
+            .map(|r| r.expect.state.map(RunState::as_str))
+            .collect();
+        let attempts: Vec<Option<i32>> = runs
+            .iter()
+            .map(|r| r.expect.attempt.map(|a| a as i32))
+            .collect();
+        let records: Vec<Option<String>> = runs
+            .iter()
+            .map(|r| {
+                r.record
+                    .map(|record| serde_json::to_string(record).expect("records serialise"))
+            })
+            .collect();
+        // Rows are locked in id order first, as the marker and the collector lock them.
+        let moved: Vec<Uuid> = sqlx::query_scalar(
+            "UPDATE runs r SET state = 'scheduled', attempt = r.attempt + 1, due_at = $5,
                  dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
                  progress = NULL,
-                 history = CASE WHEN $3::jsonb IS NULL THEN history
-                                ELSE history || jsonb_build_array($3::jsonb) END
-             WHERE id = $1 AND {}",
-            expect_sql(4)
-        )))
-        .bind(run_id)
+                 history = CASE WHEN a.record IS NULL THEN r.history
+                                ELSE r.history || jsonb_build_array(a.record::jsonb) END
+             FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked,
+                  UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[])
+                      AS a(id, state, attempt, record)
+             WHERE r.id = locked.id AND a.id = locked.id
+               AND (a.state IS NULL AND r.state NOT IN ('succeeded', 'dead') OR r.state = a.state)
+               AND (a.attempt IS NULL OR r.attempt = a.attempt)
+             RETURNING r.id",
+        )
+        .bind(&ids)
+        .bind(&states)
+        .bind(&attempts)
+        .bind(&records)
         .bind(now)
-        .bind(record_json(record))
-        .bind(expect.state.map(RunState::as_str))
-        .bind(expect.attempt.map(|a| a as i32))
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1;
-        Ok(changed)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(moved.into_iter().collect())
     }
 
     async fn kill_run(

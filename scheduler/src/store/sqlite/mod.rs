@@ -21,9 +21,9 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, OverdueRun, ReplyApplied, RunChange, RunPage, Store,
-    StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones, plan_batch,
-    with_jobs,
+    Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied, RunChange, RunPage,
+    Store, StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones,
+    plan_batch, with_jobs,
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{
@@ -712,34 +712,50 @@ impl Store for SqliteStore {
         Ok(with_jobs(runs, decode_jobs(&jobs, job_from_row)))
     }
 
-    async fn next_attempt(
+    async fn next_attempts(
         &self,
-        run_id: Uuid,
-        expect: Expect,
-        record: Option<&AttemptRecord>,
+        runs: &[NextAttempt<'_>],
         now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<HashSet<Uuid>, StoreError> {
+        if runs.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let rows: Vec<Value> = runs
+            .iter()
+            .map(|r| {
+                serde_json::json!([
+                    r.run_id,
+                    r.expect.state.map(RunState::as_str),
+                    r.expect.attempt,
+                    record_text(r.record),
+                ])
+            })
+            .collect();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let changed = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE runs SET state = 'scheduled', attempt = attempt + 1, due_at = ?2,
+        let moved: Vec<String> = sqlx::query_scalar(
+            "UPDATE runs SET state = 'scheduled', attempt = runs.attempt + 1, due_at = ?2,
                  dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
                  progress = NULL,
-                 history = CASE WHEN ?3 IS NULL THEN history
-                                ELSE json_insert(history, '$[#]', json(?3)) END
-             WHERE id = ?1 AND {}",
-            expect_sql(4)
-        )))
-        .bind(run_id.to_string())
+                 history = CASE WHEN a.record IS NULL THEN runs.history
+                                ELSE json_insert(runs.history, '$[#]', json(a.record)) END
+             FROM (SELECT value ->> 0 AS id, value ->> 1 AS state, value ->> 2 AS attempt,
+                          value ->> 3 AS record
+                   FROM json_each(?1)) AS a
+             WHERE runs.id = a.id
+               AND (a.state IS NULL AND runs.state NOT IN ('succeeded', 'dead')
+                    OR runs.state = a.state)
+               AND (a.attempt IS NULL OR runs.attempt = a.attempt)
+             RETURNING runs.id",
+        )
+        .bind(Value::Array(rows).to_string())
         .bind(ms(now))
-        .bind(record_text(record))
-        .bind(expect.state.map(RunState::as_str))
-        .bind(expect.attempt)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
+        .fetch_all(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(changed)
+        moved
+            .into_iter()
+            .map(|id| id.parse().map_err(|e| corrupt(format!("run {id}"), e)))
+            .collect()
     }
 
     async fn kill_run(
