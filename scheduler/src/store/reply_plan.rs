@@ -89,7 +89,7 @@ impl RunFacts {
 
 /// The runs a round names (`ids`) and those a result names (`result_ids`), whose job
 /// settings must be read too.
-pub(crate) fn round_ids(replies: &[&Reply], round: &Round) -> (Vec<Uuid>, Vec<Uuid>) {
+pub(crate) fn round_ids(replies: &[&Reply], round: &[usize]) -> (Vec<Uuid>, Vec<Uuid>) {
     let ids = round.iter().filter_map(|&i| replies[i].task_id()).collect();
     let result_ids = round
         .iter()
@@ -130,7 +130,7 @@ pub(crate) struct RoundPlan<'a> {
 /// Decides `round` of `replies` from `facts` (the runs that exist) at `now`.
 pub(crate) fn plan_round<'a>(
     replies: &[&'a Reply],
-    round: &Round,
+    round: &[usize],
     facts: &HashMap<Uuid, RunFacts>,
     now: DateTime<Utc>,
 ) -> RoundPlan<'a> {

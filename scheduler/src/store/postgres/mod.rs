@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use sqlx::{
-    AssertSqlSafe, PgPool, Row,
+    AssertSqlSafe, PgConnection, PgPool, Row,
     postgres::{PgConnectOptions, PgPoolOptions, PgRow},
     types::Json,
 };
@@ -178,6 +178,60 @@ fn millis(ms: i64) -> StdDuration {
 fn record_json(record: Option<&AttemptRecord>) -> Option<Json<&AttemptRecord>> {
     record.map(Json)
 }
+
+/// One part (at most [`MAX_SET_ROWS`], sorted by id) of [`Store::next_attempts`].
+async fn next_attempts_of(
+    conn: &mut PgConnection,
+    runs: &[NextAttempt<'_>],
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>, StoreError> {
+    let ids: Vec<Uuid> = runs.iter().map(|r| r.run_id).collect();
+    let states: Vec<Option<&str>> = runs
+        .iter()
+        .map(|r| r.expect.state.map(RunState::as_str))
+        .collect();
+    let attempts: Vec<Option<i32>> = runs
+        .iter()
+        .map(|r| r.expect.attempt.map(|a| a as i32))
+        .collect();
+    let records: Vec<Option<String>> = runs
+        .iter()
+        .map(|r| {
+            r.record
+                .map(|record| serde_json::to_string(record).expect("records serialise"))
+        })
+        .collect();
+    // Rows are locked in id order first, as the marker and the collector lock them;
+    // `r.id = ANY($1)` keeps the update on the primary key (see [`MAX_SET_ROWS`]).
+    let moved: Vec<Uuid> = sqlx::query_scalar(
+        "UPDATE runs r SET state = 'scheduled', attempt = r.attempt + 1, due_at = $5,
+                 dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
+                 progress = NULL,
+                 history = CASE WHEN a.record IS NULL THEN r.history
+                                ELSE r.history || jsonb_build_array(a.record::jsonb) END
+             FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked,
+                  UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[])
+                      AS a(id, state, attempt, record)
+             WHERE r.id = ANY($1) AND r.id = locked.id AND a.id = locked.id
+               AND (a.state IS NULL AND r.state NOT IN ('succeeded', 'dead') OR r.state = a.state)
+               AND (a.attempt IS NULL OR r.attempt = a.attempt)
+             RETURNING r.id",
+    )
+    .bind(&ids)
+    .bind(&states)
+    .bind(&attempts)
+    .bind(&records)
+    .bind(now)
+    .fetch_all(conn)
+    .await?;
+    Ok(moved)
+}
+
+/// Most rows one set-based statement names. Over a few hundred ids PostgreSQL may plan
+/// `id = ANY(array)` on a large `runs` table as a sequential scan (it rates reading the
+/// whole table about as cheap as a thousand primary-key probes), and the batch's cost
+/// would then follow the table, not the batch. At this size the primary key wins.
+pub(super) const MAX_SET_ROWS: usize = 100;
 
 /// An [`Expect`] as SQL conditions on `state` and `attempt`, bound as parameters `$n` and
 /// `$n+1`.
@@ -566,21 +620,28 @@ impl Store for PostgresStore {
         if run_ids.is_empty() {
             return Ok(());
         }
-        // Rows are locked in id order, as the result collector locks them, so the two
-        // never deadlock. The state is checked outside the locking query on purpose: with
-        // it inside, the cached generic plan ANDs the primary key with the whole partial
-        // index `runs_unfinished`, reading every unfinished run (and every dead index
-        // entry) on each call.
-        sqlx::query(
-            "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL,
-                 due_at = $2 + ack_timeout_ms * interval '1 millisecond'
-             FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked
-             WHERE runs.id = locked.id AND runs.state = 'scheduled'",
-        )
-        .bind(run_ids)
-        .bind(at)
-        .execute(&self.pool)
-        .await?;
+        // Rows are locked in id order (parts in order, each sorted), as the result
+        // collector locks them, so the two never deadlock. The state is checked outside
+        // the locking query on purpose: with it inside, the cached generic plan ANDs the
+        // primary key with the whole partial index `runs_unfinished`, reading every
+        // unfinished run (and every dead index entry) on each call. The outer
+        // `id = ANY($1)` and the parts' size keep the update on the primary key too.
+        let mut ids = run_ids.to_vec();
+        ids.sort_unstable();
+        let mut tx = self.pool.begin().await?;
+        for part in ids.chunks(MAX_SET_ROWS) {
+            sqlx::query(
+                "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL,
+                     due_at = $2 + ack_timeout_ms * interval '1 millisecond'
+                 FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked
+                 WHERE runs.id = ANY($1) AND runs.id = locked.id AND runs.state = 'scheduled'",
+            )
+            .bind(part)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -703,48 +764,15 @@ impl Store for PostgresStore {
         runs: &[NextAttempt<'_>],
         now: DateTime<Utc>,
     ) -> Result<HashSet<Uuid>, StoreError> {
-        if runs.is_empty() {
-            return Ok(HashSet::new());
+        let mut sorted = runs.to_vec();
+        sorted.sort_unstable_by_key(|r| r.run_id);
+        let mut moved = HashSet::with_capacity(runs.len());
+        let mut tx = self.pool.begin().await?;
+        for part in sorted.chunks(MAX_SET_ROWS) {
+            moved.extend(next_attempts_of(&mut tx, part, now).await?);
         }
-        let ids: Vec<Uuid> = runs.iter().map(|r| r.run_id).collect();
-        let states: Vec<Option<&str>> = runs
-            .iter()
-            .map(|r| r.expect.state.map(RunState::as_str))
-            .collect();
-        let attempts: Vec<Option<i32>> = runs
-            .iter()
-            .map(|r| r.expect.attempt.map(|a| a as i32))
-            .collect();
-        let records: Vec<Option<String>> = runs
-            .iter()
-            .map(|r| {
-                r.record
-                    .map(|record| serde_json::to_string(record).expect("records serialise"))
-            })
-            .collect();
-        // Rows are locked in id order first, as the marker and the collector lock them.
-        let moved: Vec<Uuid> = sqlx::query_scalar(
-            "UPDATE runs r SET state = 'scheduled', attempt = r.attempt + 1, due_at = $5,
-                 dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
-                 progress = NULL,
-                 history = CASE WHEN a.record IS NULL THEN r.history
-                                ELSE r.history || jsonb_build_array(a.record::jsonb) END
-             FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked,
-                  UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[])
-                      AS a(id, state, attempt, record)
-             WHERE r.id = locked.id AND a.id = locked.id
-               AND (a.state IS NULL AND r.state NOT IN ('succeeded', 'dead') OR r.state = a.state)
-               AND (a.attempt IS NULL OR r.attempt = a.attempt)
-             RETURNING r.id",
-        )
-        .bind(&ids)
-        .bind(&states)
-        .bind(&attempts)
-        .bind(&records)
-        .bind(now)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(moved.into_iter().collect())
+        tx.commit().await?;
+        Ok(moved)
     }
 
     async fn kill_run(

@@ -21,18 +21,23 @@ use crate::{
     },
 };
 
-/// Applies `batch` at `now`, round by round (see [`reply_plan`]): per round one statement
-/// locks and reads its runs in id order, one writes its acks and one its successes.
+use super::MAX_SET_ROWS;
+
+/// Applies `batch` at `now`, round by round (see [`reply_plan`]; a long round in parts of
+/// [`MAX_SET_ROWS`]): per part one statement locks and reads its runs in id order, one
+/// writes its acks and one its successes.
 pub(super) async fn record_replies(
     conn: &mut PgConnection,
     batch: &[&Reply],
     now: DateTime<Utc>,
 ) -> Result<Vec<ReplyApplied>, StoreError> {
     let mut effects = Vec::with_capacity(batch.len());
-    for round in reply_plan::rounds(batch) {
-        let (ids, result_ids) = reply_plan::round_ids(batch, &round);
+    let rounds = reply_plan::rounds(batch);
+    // Parts follow each other in task order, so locks are still taken in id order.
+    for round in rounds.iter().flat_map(|round| round.chunks(MAX_SET_ROWS)) {
+        let (ids, result_ids) = reply_plan::round_ids(batch, round);
         let facts = lock_runs(conn, &ids, &result_ids).await?;
-        let plan = reply_plan::plan_round(batch, &round, &facts, now);
+        let plan = reply_plan::plan_round(batch, round, &facts, now);
         write_acks(conn, &plan.acks).await?;
         write_successes(conn, &plan.successes).await?;
         for (index, single) in plan.singles {
@@ -83,6 +88,10 @@ async fn lock_runs(
     Ok(facts)
 }
 
+// The set-based statements below name their runs twice: with `r.id = ANY($1)`
+// PostgreSQL can find them through the primary key; joined only to `UNNEST`, they are
+// planned as a hash join over a sequential scan of `runs` (see [`MAX_SET_ROWS`]).
+
 /// Acks that apply: each run becomes `acked`, its result due within its run timeout.
 async fn write_acks(conn: &mut PgConnection, acks: &[&AckMessage]) -> Result<(), StoreError> {
     if acks.is_empty() {
@@ -96,7 +105,7 @@ async fn write_acks(conn: &mut PgConnection, acks: &[&AckMessage]) -> Result<(),
              dispatched_at = COALESCE(r.dispatched_at, a.at),
              due_at = now() + r.run_timeout_ms * interval '1 millisecond'
          FROM UNNEST($1::uuid[], $2::timestamptz[], $3::text[]) AS a(id, at, consumer)
-         WHERE r.id = a.id",
+         WHERE r.id = ANY($1) AND r.id = a.id",
     )
     .bind(&ids)
     .bind(&at)
@@ -130,7 +139,7 @@ async fn write_successes(
              acked_at = COALESCE(r.acked_at, a.at), dispatched_at = COALESCE(r.dispatched_at, a.at)
          FROM UNNEST($1::uuid[], $2::timestamptz[], $3::text[], $4::text[])
              AS a(id, at, consumer, output)
-         WHERE r.id = a.id",
+         WHERE r.id = ANY($1) AND r.id = a.id",
     )
     .bind(&ids)
     .bind(&at)
