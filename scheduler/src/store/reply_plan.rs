@@ -325,7 +325,7 @@ mod tests {
 
         let success = [Reply::Result(success(ids[1], 1))];
         let refs: Vec<&Reply> = success.iter().collect();
-        let plan = plan_round(&refs, &vec![0], &facts, Utc::now());
+        let plan = plan_round(&refs, &[0], &facts, Utc::now());
         assert_eq!(plan.successes.len(), 1);
         assert_eq!(
             plan.decided,
