@@ -204,9 +204,22 @@ impl Dispatcher {
         let (marker, writer) = Marker::start(self.store.clone());
         self.marker = Some(marker);
         self.publish_until_drained(&drain, drain_timeout).await;
-        // Let the writer finish what it was sent.
+        // Let the writer finish what it was sent, within the same bound: behind an
+        // overloaded database its backlog could hold shutdown for minutes. Runs it does
+        // not mark stay `scheduled` and are published again (at least once).
         self.marker = None;
-        let _ = writer.await;
+        let mut writer = writer;
+        if tokio::time::timeout(drain_timeout, &mut writer)
+            .await
+            .is_err()
+        {
+            // Stopped, not left running: its open statement would hold run locks that
+            // the result collector, still draining, waits for.
+            writer.abort();
+            warn!(
+                "shutdown before every confirmed run was marked dispatched; they stay scheduled and are published again"
+            );
+        }
     }
 
     async fn publish_until_drained(&mut self, drain: &CancellationToken, drain_timeout: Duration) {

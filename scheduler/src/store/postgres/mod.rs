@@ -626,9 +626,10 @@ impl Store for PostgresStore {
         // primary key with the whole partial index `runs_unfinished`, reading every
         // unfinished run (and every dead index entry) on each call. The outer
         // `id = ANY($1)` and the parts' size keep the update on the primary key too.
+        // Each part commits on its own: marking is idempotent, and one transaction over a
+        // large backlog would hold its row locks, and so the collectors, until the end.
         let mut ids = run_ids.to_vec();
         ids.sort_unstable();
-        let mut tx = self.pool.begin().await?;
         for part in ids.chunks(MAX_SET_ROWS) {
             sqlx::query(
                 "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL,
@@ -638,10 +639,9 @@ impl Store for PostgresStore {
             )
             .bind(part)
             .bind(at)
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 
