@@ -524,6 +524,20 @@ async fn two_runs_of(store: &dyn Store, name: &str, now: DateTime<Utc>) -> (Uuid
     (fired.recorded[0].task_id, fired.recorded[1].task_id)
 }
 
+/// Two runs of a job per name, all marked dispatched at `now` + 2 s.
+async fn dispatched_runs(store: &dyn Store, names: &[&str], now: DateTime<Utc>) -> Vec<Uuid> {
+    let mut runs = Vec::new();
+    for name in names {
+        let (x, y) = two_runs_of(store, name, now).await;
+        runs.extend([x, y]);
+    }
+    store
+        .mark_dispatched(&runs, now + Duration::seconds(2))
+        .await
+        .unwrap();
+    runs
+}
+
 async fn replies_move_runs_through_their_states(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let (first, second) = two_runs(store, now).await;
@@ -678,15 +692,7 @@ async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn Store) {
 
 async fn a_round_of_many_replies_writes_every_run(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
-    let mut runs = Vec::new();
-    for name in ["a", "b", "c"] {
-        let (x, y) = two_runs_of(store, name, now).await;
-        runs.extend([x, y]);
-    }
-    store
-        .mark_dispatched(&runs, now + Duration::seconds(2))
-        .await
-        .unwrap();
+    let runs = dispatched_runs(store, &["a", "b", "c"], now).await;
     let acked_at = |i: usize| now + Duration::milliseconds(3000 + i as i64);
     let finished_at = |i: usize| now + Duration::milliseconds(5000 + i as i64);
     let result = |i: usize, outcome| {
@@ -778,15 +784,7 @@ async fn a_round_of_many_replies_writes_every_run(store: &dyn Store) {
 
 async fn next_attempts_moves_only_runs_still_as_expected(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
-    let mut runs = Vec::new();
-    for name in ["a", "b"] {
-        let (x, y) = two_runs_of(store, name, now).await;
-        runs.extend([x, y]);
-    }
-    store
-        .mark_dispatched(&runs, now + Duration::seconds(2))
-        .await
-        .unwrap();
+    let runs = dispatched_runs(store, &["a", "b"], now).await;
     let timeout = AttemptRecord {
         attempt: 1,
         event: "ack_timeout".into(),

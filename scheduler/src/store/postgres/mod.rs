@@ -764,6 +764,9 @@ impl Store for PostgresStore {
         runs: &[NextAttempt<'_>],
         now: DateTime<Utc>,
     ) -> Result<HashSet<Uuid>, StoreError> {
+        if runs.is_empty() {
+            return Ok(HashSet::new());
+        }
         let mut sorted = runs.to_vec();
         sorted.sort_unstable_by_key(|r| r.run_id);
         let mut moved = HashSet::with_capacity(runs.len());
