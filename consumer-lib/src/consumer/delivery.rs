@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use super::{
     Registered, Shared, heartbeat,
-    replies::{ReplyError, ReplyPublisher},
+    replies::{PendingReply, ReplyError, ReplyPublisher},
 };
 use crate::{
     backoff::Backoff,
@@ -111,14 +111,12 @@ async fn handle(
             let executed = store.execute(handler.as_ref(), running).await;
             drop(beats);
             drop(slot);
-            ack.confirmed().await?;
             let (recorded, replayed) = match executed? {
                 TxExecution::Ran(recorded) => (recorded, false),
                 TxExecution::Replayed(recorded) => (recorded, true),
             };
             report(ctx, &recorded, replayed);
-            replies.send_result(ctx, &recorded, replayed).await?;
-            Ok(())
+            send_result_behind(ctx, replies, ack, &recorded, replayed).await
         }
         registered => {
             if let Some(recorded) = shared.idempotency.lookup(ctx.idempotency_key()).await? {
@@ -127,8 +125,8 @@ async fn handle(
                 return Ok(());
             }
             let slot = shared.handler_slot().await.ok_or(DeliveryError::Stopping)?;
-            // The handler does not wait for the ack's confirm; the result does (below),
-            // so the scheduler never sees a result without its ack having been queued.
+            // Neither the handler nor the result waits for the ack's confirm: the result
+            // is published behind the ack on the same channel (below).
             let ack = replies.start_ack(ctx).await?;
             let (running, beats) = start_heartbeats(ctx, shared, replies);
             let result = match registered {
@@ -141,9 +139,8 @@ async fn handle(
             };
             drop(beats);
             drop(slot);
-            let acked = ack.confirmed().await;
-            // Recorded even when the ack was lost, so the redelivery replays the
-            // outcome instead of running the handler again.
+            // Recorded before the result goes out, so a redelivery after a lost result
+            // replays the outcome instead of running the handler again.
             let recorded = RecordedOutcome {
                 outcome: outcome_of(&result),
                 finished_at: Utc::now(),
@@ -158,11 +155,31 @@ async fn handle(
                 warn!(%error, task_id = %ctx.task_id(), "could not record the outcome");
             }
             report(ctx, &recorded, false);
-            acked?;
-            replies.send_result(ctx, &recorded, false).await?;
-            Ok(())
+            send_result_behind(ctx, replies, ack, &recorded, false).await
         }
     }
+}
+
+/// Publishes the result right behind the task's ack, without waiting for the ack's
+/// confirm first, then waits for both. RabbitMQ keeps one channel's messages to one queue
+/// in order (often they travel in one reply batch), so the scheduler still reads the ack
+/// before the result, and a delivery is held for one confirm round trip instead of two.
+/// Only the result's confirm decides: a confirmed result settles the run whether or not
+/// its ack was queued; an unconfirmed one hands the delivery back, and the redelivery
+/// replays the recorded outcome.
+async fn send_result_behind(
+    ctx: &TaskContext,
+    replies: &ReplyPublisher,
+    ack: PendingReply,
+    recorded: &RecordedOutcome,
+    replayed: bool,
+) -> Result<(), DeliveryError> {
+    let result = replies.start_result(ctx, recorded, replayed).await?;
+    if let Err(error) = ack.confirmed().await {
+        debug!(%error, task_id = %ctx.task_id(), "the ack was not confirmed; the result decides");
+    }
+    result.confirmed().await?;
+    Ok(())
 }
 
 fn start_heartbeats(

@@ -101,8 +101,7 @@ impl ReplyPublisher {
     }
 
     /// Publishes the ack and returns without waiting for the broker's confirm, so the
-    /// handler starts one broker round trip sooner; await the returned [`PendingReply`]
-    /// before the result goes out.
+    /// handler starts one broker round trip sooner.
     pub(crate) async fn start_ack(&self, ctx: &TaskContext) -> Result<PendingReply, ReplyError> {
         self.start(Reply::Ack(AckMessage {
             v: PROTOCOL_VERSION,
@@ -120,7 +119,20 @@ impl ReplyPublisher {
         recorded: &RecordedOutcome,
         replayed: bool,
     ) -> Result<(), ReplyError> {
-        self.publish(Reply::Result(ResultMessage {
+        self.start_result(ctx, recorded, replayed)
+            .await?
+            .confirmed()
+            .await
+    }
+
+    /// Publishes the result and returns without waiting for the broker's confirm.
+    pub(crate) async fn start_result(
+        &self,
+        ctx: &TaskContext,
+        recorded: &RecordedOutcome,
+        replayed: bool,
+    ) -> Result<PendingReply, ReplyError> {
+        self.start(Reply::Result(ResultMessage {
             v: PROTOCOL_VERSION,
             task_id: ctx.task_id(),
             attempt: ctx.attempt(),
