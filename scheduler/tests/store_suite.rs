@@ -782,6 +782,82 @@ async fn a_round_of_many_replies_writes_every_run(store: &dyn Store) {
     );
 }
 
+async fn an_ack_and_its_success_in_one_batch_write_the_run_once(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    // 2 × 60 dispatched runs: more than one PostgreSQL part, so pairs meet a part's edge.
+    let names: Vec<String> = (0..60).map(|i| format!("job-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut runs = dispatched_runs(store, &names, now).await;
+    // And one never confirmed: the pair gives it its dispatch time too.
+    let (unconfirmed, _) = two_runs_of(store, "unconfirmed", now).await;
+    runs.push(unconfirmed);
+    let acked_at = |i: usize| now + Duration::milliseconds(3000 + i as i64);
+    let finished_at = |i: usize| now + Duration::milliseconds(9000 + i as i64);
+    let mut batch = Vec::new();
+    for (i, id) in runs.iter().enumerate() {
+        batch.push(Reply::Ack(AckMessage {
+            v: PROTOCOL_VERSION,
+            task_id: *id,
+            attempt: 1,
+            consumer: "acking-worker".into(),
+            acked_at: acked_at(i),
+        }));
+        batch.push(Reply::Result(ResultMessage {
+            v: PROTOCOL_VERSION,
+            task_id: *id,
+            attempt: 1,
+            consumer: format!("worker-{i}"),
+            finished_at: finished_at(i),
+            replayed: false,
+            outcome: TaskOutcome::Succeeded {
+                output: Some(json!({"n": i})),
+            },
+        }));
+    }
+    let applied = store
+        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let expected: Vec<_> = runs
+        .iter()
+        .flat_map(|_| {
+            [
+                (ReplyEffect::Applied, None),
+                (ReplyEffect::Applied, Some(RunState::Succeeded)),
+            ]
+        })
+        .collect();
+    assert_eq!(applied, expected);
+    for (i, id) in runs.iter().enumerate() {
+        let run = store.get_run(*id).await.unwrap().unwrap();
+        assert_eq!(run.state, RunState::Succeeded, "run {i}");
+        assert_eq!(run.acked_at, Some(acked_at(i)), "run {i}: the ack's time");
+        assert_eq!(run.finished_at, Some(finished_at(i)), "run {i}");
+        assert_eq!(
+            run.consumer.as_deref(),
+            Some(format!("worker-{i}").as_str())
+        );
+        assert_eq!(run.output, Some(json!({"n": i})), "run {i}");
+        let dispatched = if *id == unconfirmed {
+            acked_at(i)
+        } else {
+            now + Duration::seconds(2)
+        };
+        assert_eq!(run.dispatched_at, Some(dispatched), "run {i}");
+    }
+    // Sent again (a redelivered batch), every reply is stale and nothing changes.
+    let again = store
+        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(
+        again.iter().all(|a| *a == (ReplyEffect::Stale, None)),
+        "{again:?}"
+    );
+    let first = store.get_run(runs[0]).await.unwrap().unwrap();
+    assert_eq!(first.acked_at, Some(acked_at(0)));
+}
+
 async fn next_attempts_moves_only_runs_still_as_expected(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let runs = dispatched_runs(store, &["a", "b"], now).await;
@@ -1831,6 +1907,7 @@ store_suite!(
         replies_move_runs_through_their_states,
         a_batch_of_replies_applies_in_order_in_one_call,
         a_round_of_many_replies_writes_every_run,
+        an_ack_and_its_success_in_one_batch_write_the_run_once,
         next_attempts_moves_only_runs_still_as_expected,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,

@@ -1,15 +1,19 @@
 //! How a batch of replies is applied, decided without I/O so both stores share it.
 //!
-//! A batch is split into [`rounds`]: round k holds the k-th reply about each task (plus,
-//! in round 0, the replies about no task), ordered by task. Replies about different tasks
-//! commute and replies about one task keep their order, so applying the rounds one after
-//! the other is applying the batch in order.
+//! A batch is split into [`rounds`]: round k holds the k-th step about each task (plus,
+//! in round 0, the replies about no task), ordered by task. A step is one reply, or an
+//! ack together with the success that follows it (the pair a quick handler's consumer
+//! sends, often in one message). Replies about different tasks commute and replies about
+//! one task keep their order, so applying the rounds one after the other is applying the
+//! batch in order.
 //!
-//! Within a round each run is named at most once, so every reply can be decided from the
-//! run as it was when the round began ([`RunFacts`], read once for the whole round).
+//! Within a round each run is written at most once, so every reply can be decided from
+//! the run as it was when the round began ([`RunFacts`], read once for the whole round).
 //! Acks that apply and results that succeed, the bulk of the traffic, are then written
-//! with one set-based statement each per round ([`RoundPlan`]); the rarer replies
-//! (heartbeats, failures, presence, registrations) are written one by one.
+//! with one set-based statement each per round ([`RoundPlan`]); an ack paired with its
+//! success is written by the success's statement, so the run gets one new row version
+//! instead of two. The rarer replies (heartbeats, failures, presence, registrations) are
+//! written one by one.
 
 use std::collections::HashMap;
 
@@ -18,7 +22,7 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::{
     AckMessage, DeliveryMode, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply,
-    ResultMessage,
+    ResultMessage, TaskOutcome,
 };
 
 use crate::{
@@ -31,14 +35,28 @@ pub(crate) type Round = Vec<usize>;
 
 /// Splits `replies` into rounds (see the module docs). Every index appears once.
 pub(crate) fn rounds(replies: &[&Reply]) -> Vec<Round> {
-    let mut seen: HashMap<Uuid, usize> = HashMap::new();
+    /// Per task: its steps so far, and the round of its last reply if that was an ack.
+    #[derive(Default)]
+    struct Steps {
+        count: usize,
+        open_ack: Option<usize>,
+    }
+    let mut seen: HashMap<Uuid, Steps> = HashMap::new();
     let mut rounds: Vec<Round> = Vec::new();
     for (index, reply) in replies.iter().enumerate() {
         let round = match reply.task_id() {
             Some(task) => {
-                let count = seen.entry(task).or_default();
-                *count += 1;
-                *count - 1
+                let steps = seen.entry(task).or_default();
+                match steps.open_ack.take() {
+                    Some(round) if is_success(reply) => round,
+                    _ => {
+                        steps.count += 1;
+                        if matches!(reply, Reply::Ack(_)) {
+                            steps.open_ack = Some(steps.count - 1);
+                        }
+                        steps.count - 1
+                    }
+                }
             }
             None => 0,
         };
@@ -48,10 +66,37 @@ pub(crate) fn rounds(replies: &[&Reply]) -> Vec<Round> {
         rounds[round].push(index);
     }
     for round in &mut rounds {
-        // Stable, so presence and registrations keep their order too.
+        // Stable, so an ack stays before its success, and presence and registrations
+        // keep their order too.
         round.sort_by_key(|&index| replies[index].task_id());
     }
     rounds
+}
+
+fn is_success(reply: &Reply) -> bool {
+    matches!(reply, Reply::Result(result) if matches!(result.outcome, TaskOutcome::Succeeded { .. }))
+}
+
+/// `round` in parts of at most `max` tasks each, in order; an ack and its success stay
+/// in one part.
+pub(crate) fn parts<'r>(replies: &[&Reply], round: &'r [usize], max: usize) -> Vec<&'r [usize]> {
+    let mut parts = Vec::new();
+    let (mut start, mut tasks, mut last) = (0, 0, None);
+    for (at, &index) in round.iter().enumerate() {
+        let task = replies[index].task_id();
+        if task.is_none() || task != last {
+            if tasks == max {
+                parts.push(&round[start..at]);
+                (start, tasks) = (at, 0);
+            }
+            tasks += 1;
+        }
+        last = task;
+    }
+    if start < round.len() {
+        parts.push(&round[start..]);
+    }
+    parts
 }
 
 /// What a round needs to know about one of its runs, read under the round's locks.
@@ -87,10 +132,12 @@ impl RunFacts {
     }
 }
 
-/// The runs a round names (`ids`) and those a result names (`result_ids`), whose job
-/// settings must be read too.
+/// The runs a round names (`ids`, each once) and those a result names (`result_ids`),
+/// whose job settings must be read too.
 pub(crate) fn round_ids(replies: &[&Reply], round: &[usize]) -> (Vec<Uuid>, Vec<Uuid>) {
-    let ids = round.iter().filter_map(|&i| replies[i].task_id()).collect();
+    let mut ids: Vec<Uuid> = round.iter().filter_map(|&i| replies[i].task_id()).collect();
+    // The round is ordered by task, so an ack and its success are neighbours.
+    ids.dedup();
     let result_ids = round
         .iter()
         .filter_map(|&i| match replies[i] {
@@ -120,11 +167,26 @@ pub(crate) struct RoundPlan<'a> {
     /// Acks that apply: each run becomes `acked`.
     pub acks: Vec<&'a AckMessage>,
     /// Results that succeed: each run becomes `succeeded`.
-    pub successes: Vec<&'a ResultMessage>,
+    pub successes: Vec<Success<'a>>,
     /// Replies written one by one, by batch index.
     pub singles: Vec<(usize, SingleWrite<'a>)>,
     /// The effect of every other reply, by batch index.
     pub decided: Vec<(usize, ReplyApplied)>,
+}
+
+/// A result that succeeds, with the ack applied just before it in the same round, if any
+/// (written by the same statement).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Success<'a> {
+    pub result: &'a ResultMessage,
+    pub ack: Option<&'a AckMessage>,
+}
+
+impl Success<'_> {
+    /// When the run was acked: by the paired ack, else no later than it finished.
+    pub(crate) fn acked_at(&self) -> DateTime<Utc> {
+        self.ack.map_or(self.result.finished_at, |ack| ack.acked_at)
+    }
 }
 
 /// Decides `round` of `replies` from `facts` (the runs that exist) at `now`.
@@ -135,11 +197,20 @@ pub(crate) fn plan_round<'a>(
     now: DateTime<Utc>,
 ) -> RoundPlan<'a> {
     let mut plan = RoundPlan::default();
-    for &index in round {
+    // An applied ack whose success follows in this round, waiting to be written with it.
+    let mut paired: Option<&AckMessage> = None;
+    for (at, &index) in round.iter().enumerate() {
         match replies[index] {
             Reply::Ack(ack) => match facts.get(&ack.task_id) {
                 Some(run) if ack_applies(run, ack) => {
-                    plan.acks.push(ack);
+                    let success_follows = round.get(at + 1).is_some_and(|&next| {
+                        is_success(replies[next]) && replies[next].task_id() == Some(ack.task_id)
+                    });
+                    if success_follows {
+                        paired = Some(ack);
+                    } else {
+                        plan.acks.push(ack);
+                    }
                     plan.decided.push((index, (ReplyEffect::Applied, None)));
                 }
                 run => plan.decided.push((index, (not_applied(run), None))),
@@ -150,13 +221,22 @@ pub(crate) fn plan_round<'a>(
                         .settings
                         .as_ref()
                         .expect("settings are read for every run a result names");
-                    let verdict = result_verdict(run.state, run.attempt, settings, result, now);
+                    // After its paired ack the run is acked.
+                    let state = if paired.is_some() {
+                        RunState::Acked
+                    } else {
+                        run.state
+                    };
+                    let verdict = result_verdict(state, run.attempt, settings, result, now);
                     match verdict {
                         ResultVerdict::Stale => {
                             plan.decided.push((index, (ReplyEffect::Stale, None)));
                         }
                         ResultVerdict::Succeeded => {
-                            plan.successes.push(result);
+                            plan.successes.push(Success {
+                                result,
+                                ack: paired.take(),
+                            });
                             plan.decided
                                 .push((index, (ReplyEffect::Applied, Some(RunState::Succeeded))));
                         }
@@ -175,7 +255,12 @@ pub(crate) fn plan_round<'a>(
             }
             Reply::Observe(observe) => plan.singles.push((index, SingleWrite::Observe(observe))),
         }
+        // A paired ack not written with its result is written on its own.
+        if matches!(replies[index], Reply::Result(_)) {
+            plan.acks.extend(paired.take());
+        }
     }
+    plan.acks.extend(paired);
     plan
 }
 
@@ -286,17 +371,7 @@ mod tests {
             (ids[3], run(RunState::Succeeded, 2, DeliveryMode::Group)),
             (ids[4], run(RunState::Acked, 1, DeliveryMode::Group)),
         ]);
-        let failed = result(
-            ids[4],
-            1,
-            TaskOutcome::Failed {
-                error: TaskError {
-                    message: "boom".into(),
-                    retryable: true,
-                    retry_after_ms: None,
-                },
-            },
-        );
+        let failed = retryable_failure(ids[4]);
         let replies = [
             Reply::Ack(ack(ids[0], 1)),        // applies
             Reply::Ack(ack(ids[1], 1)),        // already acked: stale
@@ -331,6 +406,119 @@ mod tests {
             plan.decided,
             vec![(0, (ReplyEffect::Applied, Some(RunState::Succeeded)))]
         );
+    }
+
+    fn retryable_failure(task_id: Uuid) -> ResultMessage {
+        result(
+            task_id,
+            1,
+            TaskOutcome::Failed {
+                error: TaskError {
+                    message: "boom".into(),
+                    retryable: true,
+                    retry_after_ms: None,
+                },
+            },
+        )
+    }
+
+    #[test]
+    fn an_ack_and_the_success_right_after_it_share_a_round() {
+        let task = Uuid::from_u128;
+        let replies = [
+            Reply::Ack(ack(task(1), 1)),               // 0: paired with 1
+            Reply::Result(success(task(1), 1)),        // 1
+            Reply::Ack(ack(task(2), 1)),               // 2: a failure is not paired
+            Reply::Result(retryable_failure(task(2))), // 3
+            Reply::Result(success(task(3), 1)),        // 4: a success alone
+            Reply::Ack(ack(task(1), 1)),               // 5: a redelivery's pair
+            Reply::Result(success(task(1), 1)),        // 6
+            Reply::Result(success(task(3), 1)),        // 7: after a success, no pair
+        ];
+        let refs: Vec<&Reply> = replies.iter().collect();
+        assert_eq!(
+            rounds(&refs),
+            vec![vec![0, 1, 2, 4], vec![5, 6, 3, 7]],
+            "round k holds each task's k-th step, in task order"
+        );
+        let (ids, result_ids) = round_ids(&refs, &[0, 1, 2, 4]);
+        assert_eq!(ids, vec![task(1), task(2), task(3)]);
+        assert_eq!(result_ids, vec![task(1), task(3)]);
+    }
+
+    #[test]
+    fn parts_hold_whole_tasks() {
+        let task = Uuid::from_u128;
+        let replies = [
+            Reply::Ack(ack(task(1), 1)),
+            Reply::Result(success(task(1), 1)),
+            Reply::Ack(ack(task(2), 1)),
+            Reply::Ack(ack(task(3), 1)),
+            Reply::Result(success(task(3), 1)),
+        ];
+        let refs: Vec<&Reply> = replies.iter().collect();
+        let round: Round = (0..replies.len()).collect();
+        let parts = parts(&refs, &round, 2);
+        assert_eq!(parts, vec![&[0, 1, 2][..], &[3, 4][..]]);
+        assert_eq!(super::parts(&refs, &round, 100), vec![&round[..]]);
+        assert!(super::parts(&refs, &[], 2).is_empty());
+    }
+
+    #[test]
+    fn a_paired_ack_is_written_by_its_success() {
+        let settings = JobSettings::every_second(DeliveryMode::Group, 3);
+        let run = |state| RunFacts {
+            state,
+            attempt: 1,
+            mode: DeliveryMode::Group,
+            settings: Some(settings.clone()),
+        };
+        let ids: Vec<Uuid> = (1..=3).map(Uuid::from_u128).collect();
+        let facts = HashMap::from([
+            (ids[0], run(RunState::Dispatched)),
+            (ids[1], run(RunState::Acked)),
+            (ids[2], run(RunState::Succeeded)),
+        ]);
+        let first_ack = ack(ids[0], 1);
+        let replies = [
+            Reply::Ack(first_ack.clone()),     // applies: written with 1
+            Reply::Result(success(ids[0], 1)), // succeeds
+            Reply::Ack(ack(ids[1], 1)),        // already acked: stale
+            Reply::Result(success(ids[1], 1)), // succeeds, no ack to carry
+            Reply::Ack(ack(ids[2], 1)),        // finished: stale
+            Reply::Result(success(ids[2], 1)), // finished: stale
+        ];
+        let refs: Vec<&Reply> = replies.iter().collect();
+        let round: Round = (0..replies.len()).collect();
+        let plan = plan_round(&refs, &round, &facts, Utc::now());
+        assert!(plan.acks.is_empty(), "{:?}", plan.acks);
+        assert_eq!(plan.successes.len(), 2);
+        assert_eq!(plan.successes[0].result.task_id, ids[0]);
+        assert_eq!(plan.successes[0].acked_at(), first_ack.acked_at);
+        assert_eq!(plan.successes[1].result.task_id, ids[1]);
+        assert!(plan.successes[1].ack.is_none());
+        assert_eq!(
+            plan.successes[1].acked_at(),
+            plan.successes[1].result.finished_at
+        );
+        let effects: HashMap<usize, ReplyApplied> = plan.decided.into_iter().collect();
+        assert_eq!(effects[&0], (ReplyEffect::Applied, None));
+        assert_eq!(
+            effects[&1],
+            (ReplyEffect::Applied, Some(RunState::Succeeded))
+        );
+        assert_eq!(effects[&2], (ReplyEffect::Stale, None));
+        assert_eq!(
+            effects[&3],
+            (ReplyEffect::Applied, Some(RunState::Succeeded))
+        );
+        assert_eq!(effects[&4], (ReplyEffect::Stale, None));
+        assert_eq!(effects[&5], (ReplyEffect::Stale, None));
+
+        // An ack whose success is in a later round (not adjacent) is written on its own.
+        let plan = plan_round(&refs, &[0], &facts, Utc::now());
+        assert_eq!(plan.acks.len(), 1);
+        assert!(plan.successes.is_empty());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{
         ReplyApplied, ReplyEffect, StoreError, corrupt,
-        reply_plan::{self, RunFacts, SingleWrite},
+        reply_plan::{self, RunFacts, SingleWrite, Success},
     },
 };
 
@@ -34,7 +34,10 @@ pub(super) async fn record_replies(
     let mut effects = Vec::with_capacity(batch.len());
     let rounds = reply_plan::rounds(batch);
     // Parts follow each other in task order, so locks are still taken in id order.
-    for round in rounds.iter().flat_map(|round| round.chunks(MAX_SET_ROWS)) {
+    for round in rounds
+        .iter()
+        .flat_map(|round| reply_plan::parts(batch, round, MAX_SET_ROWS))
+    {
         let (ids, result_ids) = reply_plan::round_ids(batch, round);
         let facts = lock_runs(conn, &ids, &result_ids).await?;
         let plan = reply_plan::plan_round(batch, round, &facts, now);
@@ -118,17 +121,21 @@ async fn write_acks(conn: &mut PgConnection, acks: &[&AckMessage]) -> Result<(),
 /// Results that succeed: each run becomes `succeeded` with its output.
 async fn write_successes(
     conn: &mut PgConnection,
-    successes: &[&ResultMessage],
+    successes: &[Success<'_>],
 ) -> Result<(), StoreError> {
     if successes.is_empty() {
         return Ok(());
     }
-    let ids: Vec<Uuid> = successes.iter().map(|r| r.task_id).collect();
-    let at: Vec<DateTime<Utc>> = successes.iter().map(|r| r.finished_at).collect();
-    let consumers: Vec<&str> = successes.iter().map(|r| r.consumer.as_str()).collect();
+    let ids: Vec<Uuid> = successes.iter().map(|s| s.result.task_id).collect();
+    let at: Vec<DateTime<Utc>> = successes.iter().map(|s| s.result.finished_at).collect();
+    let acked_at: Vec<DateTime<Utc>> = successes.iter().map(Success::acked_at).collect();
+    let consumers: Vec<&str> = successes
+        .iter()
+        .map(|s| s.result.consumer.as_str())
+        .collect();
     let outputs: Vec<Option<String>> = successes
         .iter()
-        .map(|r| match &r.outcome {
+        .map(|s| match &s.result.outcome {
             TaskOutcome::Succeeded { output } => output.as_ref().map(Value::to_string),
             TaskOutcome::Failed { .. } => None,
         })
@@ -136,15 +143,17 @@ async fn write_successes(
     sqlx::query(
         "UPDATE runs r SET state = 'succeeded', finished_at = a.at, consumer = a.consumer,
              output = a.output::jsonb, error = NULL, due_at = NULL,
-             acked_at = COALESCE(r.acked_at, a.at), dispatched_at = COALESCE(r.dispatched_at, a.at)
-         FROM UNNEST($1::uuid[], $2::timestamptz[], $3::text[], $4::text[])
-             AS a(id, at, consumer, output)
+             acked_at = COALESCE(r.acked_at, a.acked_at),
+             dispatched_at = COALESCE(r.dispatched_at, a.acked_at)
+         FROM UNNEST($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::timestamptz[])
+             AS a(id, at, consumer, output, acked_at)
          WHERE r.id = ANY($1) AND r.id = a.id",
     )
     .bind(&ids)
     .bind(&at)
     .bind(&consumers)
     .bind(&outputs)
+    .bind(&acked_at)
     .execute(&mut *conn)
     .await?;
     Ok(())

@@ -18,7 +18,7 @@ use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{
         ReplyApplied, ReplyEffect, StoreError,
-        reply_plan::{self, RunFacts, SingleWrite},
+        reply_plan::{self, RunFacts, SingleWrite, Success},
     },
 };
 
@@ -118,28 +118,35 @@ async fn write_acks(
 /// Results that succeed: each run becomes `succeeded` with its output.
 async fn write_successes(
     conn: &mut SqliteConnection,
-    successes: &[&ResultMessage],
+    successes: &[Success<'_>],
 ) -> Result<(), StoreError> {
     if successes.is_empty() {
         return Ok(());
     }
     let rows: Vec<Value> = successes
         .iter()
-        .map(|r| {
+        .map(|s| {
+            let r = s.result;
             let output = match &r.outcome {
                 TaskOutcome::Succeeded { output } => output.as_ref().map(Value::to_string),
                 TaskOutcome::Failed { .. } => None,
             };
-            json!([r.task_id, ms(r.finished_at), r.consumer, output])
+            json!([
+                r.task_id,
+                ms(r.finished_at),
+                r.consumer,
+                output,
+                ms(s.acked_at())
+            ])
         })
         .collect();
     sqlx::query(
         "UPDATE runs SET state = 'succeeded', finished_at = a.at, consumer = a.consumer,
              output = a.output, error = NULL, due_at = NULL,
-             acked_at = COALESCE(runs.acked_at, a.at),
-             dispatched_at = COALESCE(runs.dispatched_at, a.at)
+             acked_at = COALESCE(runs.acked_at, a.acked_at),
+             dispatched_at = COALESCE(runs.dispatched_at, a.acked_at)
          FROM (SELECT value ->> 0 AS id, value ->> 1 AS at, value ->> 2 AS consumer,
-                      value ->> 3 AS output
+                      value ->> 3 AS output, value ->> 4 AS acked_at
                FROM json_each(?1)) AS a
          WHERE runs.id = a.id",
     )
