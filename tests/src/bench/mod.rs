@@ -104,6 +104,9 @@ impl Ceilings {
 struct Sizes {
     herd: Vec<usize>,
     steady: Vec<(usize, u32)>,
+    /// Rates (fires/s) of the search for the highest one the box sustains, and the
+    /// seconds each runs; empty for no search.
+    steady_search: (Vec<usize>, u32),
     idle: (usize, usize, u32),
     failover: (usize, u32, u32),
     reconcile: (usize, usize),
@@ -117,6 +120,7 @@ impl Sizes {
             Scale::Smoke => Self {
                 herd: vec![300],
                 steady: vec![(50, 3)],
+                steady_search: (vec![100], 3),
                 idle: (2_000, 10, 3),
                 failover: (50, 3, 8),
                 reconcile: (200, 2_000),
@@ -125,6 +129,7 @@ impl Sizes {
             Scale::Default => Self {
                 herd: vec![10_000],
                 steady: vec![(1_000, 20)],
+                steady_search: (vec![], 20),
                 idle: (100_000, 100, 10),
                 failover: (1_000, 10, 15),
                 reconcile: (10_000, 100_000),
@@ -132,7 +137,8 @@ impl Sizes {
             },
             Scale::Full => Self {
                 herd: vec![10_000, 100_000],
-                steady: vec![(1_000, 60), (10_000, 60)],
+                steady: vec![(1_000, 60)],
+                steady_search: (vec![2_000, 3_000, 4_000, 6_000, 8_000, 10_000], 30),
                 idle: (1_000_000, 100, 30),
                 failover: (1_000, 15, 30),
                 reconcile: (10_000, 1_000_000),
@@ -144,13 +150,21 @@ impl Sizes {
 
 /// Runs the workloads named in `only` (all when empty) at `scale`; W1–W3 on each of
 /// `backends`, W4 and W5 on PostgreSQL.
+///
+/// Non-empty `w2_rates` make W2 only a search over those rates (fires/s).
 pub async fn run_all(
     scale: Scale,
     backends: &[Backend],
     only: &[String],
+    w2_rates: &[usize],
 ) -> anyhow::Result<report::Report> {
     let wanted = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
-    let sizes = Sizes::of(scale);
+    let mut sizes = Sizes::of(scale);
+    if !w2_rates.is_empty() {
+        sizes.steady.clear();
+        sizes.steady_search.0 = w2_rates.to_vec();
+        sizes.steady_search.0.sort_unstable();
+    }
     let postgres = std::env::var(chime_scheduler::store::testing::POSTGRES_URL_ENV)
         .unwrap_or_else(|_| chime_scheduler::store::testing::DEFAULT_POSTGRES_URL.into());
     let machine = machine::describe(&postgres).await;
@@ -170,8 +184,20 @@ pub async fn run_all(
         }
         if wanted("W2") {
             for &(m, secs) in &sizes.steady {
-                let run = workloads::steady::run(backend, m, secs, broker_rate).await;
+                let run = workloads::steady::run(
+                    backend,
+                    m,
+                    secs,
+                    broker_rate,
+                    workloads::Shortfall::Error,
+                )
+                .await;
                 outcomes.push(settle("W2", backend, run));
+            }
+            let (rates, secs) = &sizes.steady_search;
+            if !rates.is_empty() {
+                outcomes
+                    .extend(workloads::steady::search(backend, rates, *secs, broker_rate).await);
             }
         }
         if wanted("W3") {

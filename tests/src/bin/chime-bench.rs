@@ -30,6 +30,11 @@ struct Args {
     /// Store backends for W1–W3: `postgres`, `sqlite` (default: both).
     #[arg(long, value_delimiter = ',')]
     backends: Vec<String>,
+    /// Make W2 a search for the highest rate the box sustains over these rates
+    /// (fires/s, ascending), e.g. `2000,3000,4000`; it stops after the first rate not
+    /// kept up with. `--full` searches 2 000–10 000 after its 1 000/s run.
+    #[arg(long, value_delimiter = ',')]
+    w2_rates: Vec<usize>,
     /// Where the JSON report goes (default: target/bench/chime-bench-<scale>.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -58,7 +63,7 @@ async fn main() -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?
     };
     let only: Vec<String> = args.only.iter().map(|w| w.to_uppercase()).collect();
-    let report = run_all(scale, &backends, &only).await?;
+    let report = run_all(scale, &backends, &only, &args.w2_rates).await?;
     println!("{}", report.render());
     let out = args.out.unwrap_or_else(|| {
         chime_tests::binaries::workspace_root()

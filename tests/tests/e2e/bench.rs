@@ -44,6 +44,14 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
             "{expected} missing from {names:?}"
         );
     }
+    let w2_steps = outcomes
+        .iter()
+        .filter(|o| o["workload"] == "W2" && o["params"]["jobs"] == 100)
+        .count();
+    assert_eq!(
+        w2_steps, 2,
+        "one search step at 100/s per backend: {names:?}"
+    );
     for outcome in outcomes {
         let m = &outcome["metrics"];
         assert_eq!(outcome["errors"], Value::Array(vec![]), "{outcome}");
@@ -55,6 +63,15 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
                     "{outcome}"
                 );
                 assert!(m["time_vs_ceiling"].as_f64().unwrap() > 0.0, "{outcome}");
+            }
+            "W2" if outcome["params"]["search"].is_array() => {
+                // The search's summary: smoke searches 100 fires/s, which any box keeps up with.
+                assert_eq!(m["highest_rate_kept_up"], 100, "{outcome}");
+                assert!(
+                    m["consume_p99_ms_at_highest"].as_f64().unwrap() > 0.0,
+                    "{outcome}"
+                );
+                assert_eq!(outcome["checks"].as_array().unwrap().len(), 1, "{outcome}");
             }
             "W2" | "W3" => {
                 assert!(m["expected_fires"].as_u64().unwrap() > 0, "{outcome}");

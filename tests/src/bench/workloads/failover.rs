@@ -24,7 +24,7 @@ use crate::{
     wait,
 };
 
-use super::{account_fires, bench_job, lateness, to_ms};
+use super::{Shortfall, account_fires, bench_job, lateness, to_ms};
 
 const NODES: usize = 3;
 /// Largest gap that meets the target.
@@ -91,7 +91,14 @@ pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
         node.stop().await;
     }
 
-    account_fires(&mut outcome, expected, &records, &receipts, (start, end));
+    account_fires(
+        &mut outcome,
+        expected,
+        &records,
+        &receipts,
+        (start, end),
+        Shortfall::Error,
+    );
     let window: Vec<_> = receipts
         .iter()
         .copied()

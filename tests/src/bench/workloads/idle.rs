@@ -17,7 +17,7 @@ use crate::bench::{
     stage::{GROUP, Stage},
 };
 
-use super::{account_fires, bench_job, lateness, to_ms};
+use super::{Shortfall, account_fires, bench_job, lateness, to_ms};
 
 /// Time after ready that is left out of the idle sample.
 const STARTUP_SETTLE: Duration = Duration::from_secs(2);
@@ -82,7 +82,14 @@ pub async fn run(backend: Backend, n: usize, due: usize, secs: u32) -> anyhow::R
     probe.stop().await;
     chimed.stop().await;
 
-    account_fires(&mut outcome, expected, &records, &receipts, (start, end));
+    account_fires(
+        &mut outcome,
+        expected,
+        &records,
+        &receipts,
+        (start, end),
+        Shortfall::Error,
+    );
     let window: Vec<_> = receipts
         .into_iter()
         .filter(|r| r.fire_time >= start && r.fire_time < end)
