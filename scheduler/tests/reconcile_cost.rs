@@ -1,11 +1,12 @@
 //! The reconciler's query costs what the overdue runs cost, not what the table holds:
 //! with 100 000 finished runs and 100 overdue ones, PostgreSQL's executed plan touches a
 //! few hundred rows at most, and SQLite's plan searches the `runs_due` index instead of
-//! scanning the table.
+//! scanning the table. Likewise one retention batch on PostgreSQL reads its batch, not
+//! the table.
 
 use chime_scheduler::{
     domain::{Job, JobSettings, JobSpec},
-    store::{Backend, open_backend, testing::TestDatabase},
+    store::{Backend, PostgresStore, Store, open_backend, testing::TestDatabase},
 };
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
@@ -56,9 +57,9 @@ fn rows_examined(node: &Value) -> f64 {
     total
 }
 
-#[tokio::test]
-async fn postgres_reconciler_reads_only_overdue_runs() {
-    let db = TestDatabase::postgres().await;
+/// A PostgreSQL store holding [`FINISHED`] runs finished now and [`OVERDUE`] dispatched
+/// runs a minute past their deadline, analyzed.
+async fn postgres_with_history(db: &TestDatabase) -> (PostgresStore, std::sync::Arc<dyn Store>) {
     let Backend::Postgres(store) = open_backend(db.url(), 256).await.unwrap() else {
         panic!("a PostgreSQL url opens PostgreSQL")
     };
@@ -85,7 +86,13 @@ async fn postgres_reconciler_reads_only_overdue_runs() {
         .execute(&mut conn)
         .await
         .unwrap();
+    (store, store_dyn)
+}
 
+#[tokio::test]
+async fn postgres_reconciler_reads_only_overdue_runs() {
+    let db = TestDatabase::postgres().await;
+    let (store, store_dyn) = postgres_with_history(&db).await;
     let now = Utc::now();
     let overdue = store_dyn
         .overdue_runs(now, now - Duration::seconds(10), None, 1000, None)
@@ -106,6 +113,35 @@ async fn postgres_reconciler_reads_only_overdue_runs() {
             "it reads through the runs_due index:\n{plan:#}"
         );
     }
+}
+
+#[tokio::test]
+async fn postgres_retention_batch_reads_only_its_batch() {
+    const BATCH: u32 = 1000;
+    let db = TestDatabase::postgres().await;
+    let (store, _) = postgres_with_history(&db).await;
+    let plan = store
+        .explain_prune_runs(Utc::now() + Duration::hours(1), BATCH)
+        .await
+        .unwrap();
+    let deleted = plan[0]["Plan"]["Plans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(std::iter::once(&plan[0]["Plan"]))
+        .filter(|node| node["Node Type"] == "ModifyTable")
+        .count();
+    assert_eq!(deleted, 1, "one delete:\n{plan:#}");
+    let examined = rows_examined(&plan[0]["Plan"]);
+    println!("rows of runs examined by one retention batch: {examined}");
+    assert!(
+        examined >= f64::from(BATCH) && examined <= f64::from(BATCH) * 3.0,
+        "one batch of {BATCH} examined {examined} rows of {FINISHED} finished runs:\n{plan:#}"
+    );
+    assert!(
+        !plan.to_string().contains("Seq Scan"),
+        "no sequential scan:\n{plan:#}"
+    );
 }
 
 #[tokio::test]

@@ -37,6 +37,19 @@ fn shard_array(shards: Option<&[u32]>) -> Option<Vec<i32>> {
 }
 
 /// How long a connection may sit idle inside a transaction before the server ends it.
+/// One retention batch. `= ANY(ARRAY(..))`, not `IN (..)`: planned as a join, `IN` hashed
+/// the batch and read the whole table for it on every batch; the array is looked up
+/// through the primary key.
+macro_rules! prune_runs {
+    () => {
+        concat!(
+            "DELETE FROM runs WHERE id = ANY(ARRAY(SELECT id FROM runs WHERE ",
+            finished_runs!(),
+            " AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+        )
+    };
+}
+
 /// Healthy transactions here never wait between statements; this bounds how long a
 /// stalled node can block a takeover of its shards.
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "2s";
@@ -908,19 +921,7 @@ impl Store for PostgresStore {
     }
 
     async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
-        self.delete_batch(
-            // `= ANY(ARRAY(..))`, not `IN (..)`: planned as a join, `IN` hashed the batch
-            // and read the whole table for it on every batch; the array is looked up
-            // through the primary key.
-            concat!(
-                "DELETE FROM runs WHERE id = ANY(ARRAY(SELECT id FROM runs WHERE ",
-                finished_runs!(),
-                " AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-            ),
-            cutoff,
-            limit,
-        )
-        .await
+        self.delete_batch(prune_runs!(), cutoff, limit).await
     }
 
     async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
@@ -962,6 +963,24 @@ impl Store for PostgresStore {
 }
 
 impl PostgresStore {
+    /// `EXPLAIN (ANALYZE, FORMAT JSON)` of one retention batch, rolled back, for tests
+    /// that its cost follows the batch, not the table.
+    pub async fn explain_prune_runs(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Value, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let plan: Json<Value> =
+            sqlx::query_scalar(concat!("EXPLAIN (ANALYZE, FORMAT JSON) ", prune_runs!()))
+                .bind(cutoff)
+                .bind(i64::from(limit))
+                .fetch_one(&mut *tx)
+                .await?;
+        tx.rollback().await?;
+        Ok(plan.0)
+    }
+
     /// `EXPLAIN (ANALYZE, FORMAT JSON)` of the reconciler's overdue-runs query, for tests
     /// that its cost follows the number of overdue runs.
     pub async fn explain_overdue(&self, shards: Option<&[u32]>) -> Result<Value, StoreError> {
