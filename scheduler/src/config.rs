@@ -20,6 +20,10 @@ pub struct Setting {
 }
 
 /// Every setting `chimed` reads.
+/// The smallest `republish_after` accepted. A confirmed run waits a moment before it
+/// is marked `dispatched` (see `dispatch::marker`), and must not look unconfirmed meanwhile.
+pub const MIN_REPUBLISH_AFTER: Duration = Duration::from_secs(1);
+
 pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "database_url",
@@ -388,7 +392,7 @@ impl Layers {
             "use 0s to 10s, and at most half of lookahead",
         )?;
         parse("republish_after").check(
-            config.republish_after >= Duration::from_secs(1),
+            config.republish_after >= MIN_REPUBLISH_AFTER,
             "use at least 1s",
         )?;
         parse("reconcile_interval").check(

@@ -858,6 +858,65 @@ async fn an_ack_and_its_success_in_one_batch_write_the_run_once(store: &dyn Stor
     assert_eq!(first.acked_at, Some(acked_at(0)));
 }
 
+/// The dispatcher marks a confirm a moment after it arrives, so a quick task's replies
+/// may be recorded first: the late mark leaves such runs as the replies wrote them.
+async fn a_mark_after_the_replies_leaves_the_runs_as_they_wrote_them(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let (succeeded, acked) = two_runs_of(store, "quick", now).await;
+    let (waiting, _) = two_runs_of(store, "waiting", now).await;
+    let acked_at = now + Duration::milliseconds(2100);
+    let ack = |task_id| {
+        Reply::Ack(AckMessage {
+            v: PROTOCOL_VERSION,
+            task_id,
+            attempt: 1,
+            consumer: "w".into(),
+            acked_at,
+        })
+    };
+    let batch = [
+        ack(succeeded),
+        Reply::Result(ResultMessage {
+            v: PROTOCOL_VERSION,
+            task_id: succeeded,
+            attempt: 1,
+            consumer: "w".into(),
+            finished_at: acked_at,
+            replayed: false,
+            outcome: TaskOutcome::Succeeded { output: None },
+        }),
+        ack(acked),
+    ];
+    store
+        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let before = [
+        store.get_run(succeeded).await.unwrap().unwrap(),
+        store.get_run(acked).await.unwrap().unwrap(),
+    ];
+    assert_eq!(before[0].state, RunState::Succeeded);
+    assert_eq!(before[1].state, RunState::Acked);
+    for run in &before {
+        assert_eq!(run.dispatched_at, Some(acked_at), "the ack stands in");
+    }
+
+    let confirmed = now + Duration::milliseconds(2050);
+    store
+        .mark_dispatched(&[acked, waiting, succeeded], confirmed)
+        .await
+        .unwrap();
+    for run in before {
+        let after = store.get_run(run.id).await.unwrap().unwrap();
+        assert_eq!(after.state, run.state);
+        assert_eq!(after.dispatched_at, run.dispatched_at);
+        assert_eq!(after.due_at, run.due_at, "the mark set no ack deadline");
+    }
+    let waiting = store.get_run(waiting).await.unwrap().unwrap();
+    assert_eq!(waiting.state, RunState::Dispatched);
+    assert_eq!(waiting.dispatched_at, Some(confirmed));
+}
+
 async fn next_attempts_moves_only_runs_still_as_expected(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let runs = dispatched_runs(store, &["a", "b"], now).await;
@@ -1908,6 +1967,7 @@ store_suite!(
         a_batch_of_replies_applies_in_order_in_one_call,
         a_round_of_many_replies_writes_every_run,
         an_ack_and_its_success_in_one_batch_write_the_run_once,
+        a_mark_after_the_replies_leaves_the_runs_as_they_wrote_them,
         next_attempts_moves_only_runs_still_as_expected,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,

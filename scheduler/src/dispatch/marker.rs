@@ -1,18 +1,35 @@
 //! Writes publish outcomes to the store off the publishing path: runs confirmed by the
-//! broker become `dispatched` (everything confirmed meanwhile in one statement), and
-//! failed publishes are noted on their runs. The publishing loop never waits for the
-//! database, so a slow commit does not make the next fires late. A mark that fails is
-//! logged and counted; the run stays `scheduled` and the reconciler publishes it again
-//! (at least once).
+//! broker become `dispatched`, and failed publishes are noted on their runs. The
+//! publishing loop never waits for the database, so a slow commit does not make the
+//! next fires late. A mark that fails is logged and counted; the run stays `scheduled`
+//! and the reconciler publishes it again (at least once).
+//!
+//! A confirm is written [`MARK_DELAY`] after it arrives, not at once. A quick task's
+//! ack is usually recorded by then, and the ack records `dispatched_at` itself (from its
+//! own time), so the mark skips the run: one row version fewer per fire. On PostgreSQL
+//! that was most of the database's work in a thundering herd besides the replies.
 
-use std::sync::Arc;
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
-use tokio::{sync::mpsc, task::JoinHandle};
+use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tracing::error;
 use uuid::Uuid;
 
-use crate::{store::Store, telemetry};
+use crate::{config::MIN_REPUBLISH_AFTER, store::Store, telemetry};
+
+/// How long a confirm waits before its run is marked `dispatched`: long enough for a
+/// quick task's ack to be recorded first, even in a herd, and well below the smallest
+/// `republish_after`.
+const MARK_DELAY: Duration = Duration::from_millis(400);
+/// Confirms due within this of the oldest are written with it.
+const MARK_BATCH: Duration = Duration::from_millis(100);
+
+// Until marked, a confirmed run is `scheduled`, and the reconciler publishes a
+// `scheduled` run again once it is `republish_after` old.
+const _: () = assert!(
+    (MARK_DELAY.as_millis() + MARK_BATCH.as_millis()) * 2 <= MIN_REPUBLISH_AFTER.as_millis()
+);
 
 /// An outcome to write.
 #[derive(Debug)]
@@ -24,7 +41,7 @@ pub(super) enum Mark {
 }
 
 /// Sends outcomes to the writer task. Dropping every sender ends it once it has
-/// written what it was sent.
+/// written what it was sent, without waiting out [`MARK_DELAY`].
 #[derive(Debug, Clone)]
 pub(super) struct Marker {
     tx: mpsc::UnboundedSender<Mark>,
@@ -48,23 +65,101 @@ impl Marker {
     }
 }
 
-async fn write(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Mark>) {
-    while let Some(first) = rx.recv().await {
-        let mut dispatched: Vec<Uuid> = Vec::new();
+/// Confirms waiting out their delay, oldest first.
+#[derive(Debug, Default)]
+struct Waiting {
+    confirms: VecDeque<Confirmed>,
+}
+
+#[derive(Debug)]
+struct Confirmed {
+    arrived: Instant,
+    runs: Vec<Uuid>,
+    at: DateTime<Utc>,
+}
+
+impl Waiting {
+    fn push(&mut self, arrived: Instant, runs: Vec<Uuid>, at: DateTime<Utc>) {
+        self.confirms.push_back(Confirmed { arrived, runs, at });
+    }
+
+    fn is_empty(&self) -> bool {
+        self.confirms.is_empty()
+    }
+
+    /// When the oldest confirm is due to be written.
+    fn next_due(&self) -> Option<Instant> {
+        self.confirms.front().map(|c| c.arrived + MARK_DELAY)
+    }
+
+    /// Once the oldest confirm is due at `now`: it and every confirm due within
+    /// [`MARK_BATCH`] of it, as one mark (their runs and the latest confirm time), so a
+    /// steady flow is written in batches rather than a statement per confirm.
+    fn take_due(&mut self, now: Instant) -> Option<(Vec<Uuid>, DateTime<Utc>)> {
+        if self.next_due().is_none_or(|due| due > now) {
+            return None;
+        }
+        self.take_while(|c| c.arrived + MARK_DELAY <= now + MARK_BATCH)
+    }
+
+    /// Every confirm, due or not (the dispatcher stopped).
+    fn take_all(&mut self) -> Option<(Vec<Uuid>, DateTime<Utc>)> {
+        self.take_while(|_| true)
+    }
+
+    fn take_while(
+        &mut self,
+        mut take: impl FnMut(&Confirmed) -> bool,
+    ) -> Option<(Vec<Uuid>, DateTime<Utc>)> {
+        let mut runs = Vec::new();
         let mut latest = None;
+        while self.confirms.front().is_some_and(&mut take) {
+            let confirmed = self.confirms.pop_front().expect("front exists");
+            runs.extend(confirmed.runs);
+            latest = latest.max(Some(confirmed.at));
+        }
+        Some((runs, latest?))
+    }
+}
+
+/// Why the writer woke up.
+enum Wake {
+    Mark(Mark),
+    /// The oldest waiting confirm is due.
+    Due,
+    /// Every sender is gone and everything sent was received.
+    Closed,
+}
+
+async fn write(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Mark>) {
+    let mut waiting = Waiting::default();
+    loop {
         let mut failed = Vec::new();
-        let mut take = |mark| match mark {
-            Mark::Dispatched(runs, at) => {
-                dispatched.extend(runs);
-                latest = latest.max(Some(at));
-            }
+        let mut take = |mark, waiting: &mut Waiting| match mark {
+            Mark::Dispatched(runs, at) => waiting.push(Instant::now(), runs, at),
             Mark::Failed(run, reason) => failed.push((run, reason)),
         };
-        take(first);
-        while let Ok(mark) = rx.try_recv() {
-            take(mark);
+        let wake = match waiting.next_due() {
+            Some(due) => tokio::select! {
+                mark = rx.recv() => mark.map_or(Wake::Closed, Wake::Mark),
+                () = tokio::time::sleep_until(due) => Wake::Due,
+            },
+            None => rx.recv().await.map_or(Wake::Closed, Wake::Mark),
+        };
+        let open = !matches!(wake, Wake::Closed);
+        if let Wake::Mark(mark) = wake {
+            take(mark, &mut waiting);
+            while let Ok(mark) = rx.try_recv() {
+                take(mark, &mut waiting);
+            }
         }
-        if let Some(at) = latest
+        // Once the dispatcher is gone (shutdown) everything is written at once.
+        let due = if open {
+            waiting.take_due(Instant::now())
+        } else {
+            waiting.take_all()
+        };
+        if let Some((dispatched, at)) = due
             && let Err(error) = store.mark_dispatched(&dispatched, at).await
         {
             error!(%error, runs = dispatched.len(), "could not mark runs dispatched");
@@ -78,5 +173,69 @@ async fn write(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Mark>) {
                     .increment(1);
             }
         }
+        if !open && waiting.is_empty() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: u128) -> Vec<Uuid> {
+        vec![Uuid::from_u128(n)]
+    }
+
+    #[test]
+    fn a_confirm_waits_out_its_delay() {
+        let start = Instant::now();
+        let at = Utc::now();
+        let mut waiting = Waiting::default();
+        assert_eq!(waiting.next_due(), None);
+        waiting.push(start, ids(1), at);
+        assert_eq!(waiting.next_due(), Some(start + MARK_DELAY));
+        assert!(waiting.take_due(start).is_none());
+        assert!(
+            waiting
+                .take_due(start + MARK_DELAY - Duration::from_millis(1))
+                .is_none()
+        );
+        let (runs, latest) = waiting.take_due(start + MARK_DELAY).unwrap();
+        assert_eq!((runs, latest), (ids(1), at));
+        assert!(waiting.is_empty());
+    }
+
+    #[test]
+    fn confirms_due_within_the_batch_window_go_with_the_oldest() {
+        let start = Instant::now();
+        let at = Utc::now();
+        let later = at + chrono::Duration::milliseconds(80);
+        let mut waiting = Waiting::default();
+        waiting.push(start, ids(1), at);
+        waiting.push(start + MARK_BATCH / 2, ids(2), later);
+        waiting.push(start + MARK_BATCH, ids(3), later);
+        waiting.push(start + MARK_BATCH * 2, ids(4), later);
+        let (runs, latest) = waiting.take_due(start + MARK_DELAY).unwrap();
+        assert_eq!(runs, [ids(1), ids(2), ids(3)].concat());
+        assert_eq!(latest, later, "the mark carries the latest confirm time");
+        assert_eq!(
+            waiting.next_due(),
+            Some(start + MARK_BATCH * 2 + MARK_DELAY)
+        );
+        assert!(waiting.take_due(start + MARK_DELAY).is_none());
+    }
+
+    #[test]
+    fn at_shutdown_every_confirm_goes_at_once() {
+        let start = Instant::now();
+        let at = Utc::now();
+        let mut waiting = Waiting::default();
+        assert!(waiting.take_all().is_none());
+        waiting.push(start, ids(1), at);
+        waiting.push(start + MARK_DELAY * 3, ids(2), at);
+        let (runs, _) = waiting.take_all().unwrap();
+        assert_eq!(runs, [ids(1), ids(2)].concat());
+        assert!(waiting.is_empty());
     }
 }

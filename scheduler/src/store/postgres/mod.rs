@@ -640,23 +640,38 @@ impl Store for PostgresStore {
             return Ok(());
         }
         // Rows are locked in id order (parts in order, each sorted), as the result
-        // collector locks them, so the two never deadlock. The state is checked outside
-        // the locking query on purpose: with it inside, the cached generic plan ANDs the
-        // primary key with the whole partial index `runs_unfinished`, reading every
-        // unfinished run (and every dead index entry) on each call. The outer
-        // `id = ANY($1)` and the parts' size keep the update on the primary key too.
-        // Each part commits on its own: marking is idempotent, and one transaction over a
-        // large backlog would hold its row locks, and so the collectors, until the end.
+        // collector locks them, so the two never deadlock. Runs no longer `scheduled`
+        // (usually: their replies came first, see `dispatch::marker`) are left out by a
+        // plain read first, so they are not even locked. The state is checked outside
+        // the queries' WHERE on purpose: with it inside, the planner ANDs the primary key
+        // with the whole partial index `runs_unfinished`, reading every unfinished run
+        // (and every dead index entry) on each call. The `id = ANY($1)` and the parts'
+        // size keep both statements on the primary key. Each part commits on its own:
+        // marking is idempotent, and one transaction over a large backlog would hold
+        // its row locks, and so the collectors, until the end.
         let mut ids = run_ids.to_vec();
         ids.sort_unstable();
         for part in ids.chunks(MAX_SET_ROWS) {
+            let scheduled: Vec<Uuid> = sqlx::query_as::<_, (Uuid, String)>(
+                "SELECT id, state FROM runs WHERE id = ANY($1)",
+            )
+            .bind(part)
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .filter(|(_, state)| state == RunState::Scheduled.as_str())
+            .map(|(id, _)| id)
+            .collect();
+            if scheduled.is_empty() {
+                continue;
+            }
             sqlx::query(
                 "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL,
                      due_at = $2 + ack_timeout_ms * interval '1 millisecond'
                  FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked
                  WHERE runs.id = ANY($1) AND runs.id = locked.id AND runs.state = 'scheduled'",
             )
-            .bind(part)
+            .bind(&scheduled)
             .bind(at)
             .execute(&self.pool)
             .await?;
