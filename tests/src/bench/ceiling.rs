@@ -3,7 +3,10 @@
 //! consumer (manual acks, prefetch [`PREFETCH`]) move `n` persistent messages of the
 //! task's size through a queue declared exactly like a Chime work queue, concurrently.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use futures_util::{StreamExt, stream::FuturesUnordered};
 use lapin::{
@@ -18,13 +21,13 @@ use serde::Serialize;
 
 use chime_consumer::protocol::topology;
 
-use super::{probe::PREFETCH, progress::Progress};
+use super::{probe::PREFETCH, process::MachineCpu, progress::Progress};
 
 /// Unconfirmed publishes the ceiling's publisher keeps in flight.
 pub const IN_FLIGHT: usize = 1000;
 
 /// What the broker alone achieved.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Ceiling {
     /// Messages moved.
     pub n: usize,
@@ -34,6 +37,9 @@ pub struct Ceiling {
     pub publish_s: f64,
     /// From the first publish to the last delivery, s.
     pub consume_s: f64,
+    /// Where the machine's CPU went meanwhile, percent of one core by program (the
+    /// broker's share here is what it needs at full speed).
+    pub cpu_pct_by_program: BTreeMap<&'static str, f64>,
 }
 
 impl Ceiling {
@@ -48,6 +54,7 @@ pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Res
     let progress = Progress::new(format!("ceiling n={n}"));
     let mut lane = Lane::open(amqp_url, "ceiling").await?;
     let mut deliveries = lane.take_deliveries();
+    let machine_before = MachineCpu::read();
     let started = Instant::now();
     let consuming = tokio::spawn(async move {
         let mut seen = 0;
@@ -78,6 +85,7 @@ pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Res
         .await
         .map_err(|_| anyhow::anyhow!("the ceiling consumer took over 10 minutes"))???
         .as_secs_f64();
+    let cpu_pct_by_program = MachineCpu::read().since(&machine_before, consume_s);
     lane.close().await?;
     progress.say(&format!(
         "published in {publish_s:.2} s, consumed in {consume_s:.2} s"
@@ -87,6 +95,7 @@ pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Res
         body_bytes,
         publish_s,
         consume_s,
+        cpu_pct_by_program,
     })
 }
 

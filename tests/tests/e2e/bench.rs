@@ -44,6 +44,11 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
             "{expected} missing from {names:?}"
         );
     }
+    let herds = outcomes
+        .iter()
+        .filter(|o| o["workload"] == "W1" && o["params"]["herds"].is_null())
+        .count();
+    assert_eq!(herds, 4, "two herds per backend: {names:?}");
     let w2_steps = outcomes
         .iter()
         .filter(|o| o["workload"] == "W2" && o["params"]["jobs"] == 100)
@@ -56,6 +61,16 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
         let m = &outcome["metrics"];
         assert_eq!(outcome["errors"], Value::Array(vec![]), "{outcome}");
         match outcome["workload"].as_str().unwrap() {
+            "W1" if outcome["params"]["herds"].is_number() => {
+                // The summary: smoke runs two herds per backend and judges their median.
+                assert_eq!(outcome["params"]["herds"], 2, "{outcome}");
+                assert_eq!(m["time_vs_ceiling_each"].as_array().unwrap().len(), 2);
+                assert!(
+                    m["time_vs_ceiling_median"].as_f64().unwrap() > 0.0,
+                    "{outcome}"
+                );
+                assert_eq!(outcome["checks"].as_array().unwrap().len(), 1, "{outcome}");
+            }
             "W1" => {
                 assert_eq!(m["consumed_fires"], outcome["params"]["jobs"], "{outcome}");
                 assert!(

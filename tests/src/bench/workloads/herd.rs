@@ -1,6 +1,8 @@
 //! W1, thundering herd: `n` one-shot jobs all due at the same instant. Measures the time
 //! from that instant to the last confirmed publish and to the last consumed task, and
-//! compares the latter with the broker's ceiling for `n` messages of the task's size.
+//! compares the latter with the broker's ceiling for `n` messages of the task's size,
+//! measured right after. The target is judged on the median of several herds
+//! ([`summarize`]).
 
 use std::time::Duration;
 
@@ -65,7 +67,8 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     let cpu_after = ProcessSample::read(pid);
     let machine_cpu =
         MachineCpu::read().since(&machine_before.0, machine_before.1.elapsed().as_secs_f64());
-    // The dispatcher marks runs dispatched right after their confirms.
+    // Every run gets its `dispatched_at` within moments: from its ack, or from the
+    // dispatcher's mark 400 ms after the confirm.
     let records = wait_dispatched(&stage, n, instant).await?;
     let body_len = probe.body_len();
     probe.stop().await;
@@ -105,18 +108,66 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
         Shortfall::Error,
     );
 
-    let ceiling = ceilings.get(n, body_len).await?;
+    // Measured right after the herd, not once per run: the box's speed drifts by tens
+    // of percent within minutes, and the ratio should compare like with like.
+    let ceiling = ceilings.fresh(n, body_len).await?;
     let ratio = consumed_s / ceiling.consume_s;
     outcome.metric("ceiling", ceiling);
     outcome.metric("time_vs_ceiling", ratio);
     outcome.metric("throughput_vs_ceiling", 1.0 / ratio);
-    outcome.check(
-        format!("last consumed within {TARGET_RATIO}x the ceiling"),
-        format!("{ratio:.2}x ({:.0} % of ceiling throughput)", 100.0 / ratio),
-        ratio <= TARGET_RATIO,
-    );
     stage.db.close().await;
     Ok(outcome)
+}
+
+/// The target over `herds` runs of W1 with `n` jobs on `backend`: their median ratio to
+/// the ceiling. One herd lasts about a second, and on a shared 2-core machine single
+/// runs of the same code spread from 1.1x to 1.7x.
+pub fn summarize(backend: Backend, n: usize, herds: &[Outcome]) -> Outcome {
+    let mut summary = Outcome::new(
+        "W1",
+        backend.as_str(),
+        json!({"jobs": n, "herds": herds.len()}),
+    );
+    let of = |name: &str| -> Vec<f64> {
+        herds
+            .iter()
+            .filter_map(|h| h.metrics.get(name)?.as_f64())
+            .collect()
+    };
+    let ratios = of("time_vs_ceiling");
+    summary.metric("time_vs_ceiling_each", &ratios);
+    summary.metric("last_task_consumed_s_each", of("last_task_consumed_s"));
+    match median(ratios.clone()) {
+        Some(ratio) if ratios.len() == herds.len() => {
+            summary.metric("time_vs_ceiling_median", ratio);
+            summary.metric("throughput_vs_ceiling_median", 1.0 / ratio);
+            summary.check(
+                format!("median last consumed within {TARGET_RATIO}x the ceiling"),
+                format!(
+                    "{ratio:.2}x ({:.0} % of ceiling throughput) over {} herds",
+                    100.0 / ratio,
+                    herds.len()
+                ),
+                ratio <= TARGET_RATIO,
+            );
+        }
+        _ => summary.check(
+            format!("median last consumed within {TARGET_RATIO}x the ceiling"),
+            format!("{} of {} herds completed", ratios.len(), herds.len()),
+            false,
+        ),
+    }
+    summary
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => None,
+        len if len % 2 == 1 => Some(values[mid]),
+        _ => Some((values[mid - 1] + values[mid]) / 2.0),
+    }
 }
 
 /// Waits (up to 30 s) until every run fired at `instant` is marked dispatched.
@@ -134,5 +185,37 @@ async fn wait_dispatched(
             return Ok(records);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![1.7]), Some(1.7));
+        assert_eq!(median(vec![1.6, 1.1, 1.3]), Some(1.3));
+        assert_eq!(median(vec![1.5, 1.0, 1.25, 1.75]), Some(1.375));
+    }
+
+    #[test]
+    fn the_target_is_judged_on_the_median_herd() {
+        let herd = |ratio: f64| {
+            let mut o = Outcome::new("W1", "sqlite", json!({"jobs": 10}));
+            o.metric("time_vs_ceiling", ratio);
+            o.metric("last_task_consumed_s", ratio / 2.0);
+            o
+        };
+        let met = summarize(Backend::Sqlite, 10, &[herd(1.9), herd(1.2), herd(1.25)]);
+        assert_eq!(met.metrics["time_vs_ceiling_median"], json!(1.25));
+        assert!(met.checks[0].met, "{met:?}");
+        let missed = summarize(Backend::Sqlite, 10, &[herd(1.9), herd(1.2), herd(1.5)]);
+        assert!(!missed.checks[0].met, "{missed:?}");
+        // A herd that did not complete (no ratio) fails the target.
+        let broken = Outcome::new("W1", "sqlite", json!({}));
+        let incomplete = summarize(Backend::Sqlite, 10, &[herd(1.0), broken]);
+        assert!(!incomplete.checks[0].met, "{incomplete:?}");
     }
 }
