@@ -22,7 +22,7 @@ pub mod stage;
 pub mod stats;
 pub mod workloads;
 
-use std::collections::HashMap;
+use std::{collections::HashMap, future::Future, time::Duration};
 
 use serde::Serialize;
 
@@ -104,6 +104,27 @@ impl Ceilings {
         self.measured.remove(&(n, body_bytes));
         self.get(n, body_bytes).await
     }
+}
+
+/// Longest one workload run may take before it is reported as failed instead of waited
+/// for. The largest (`--full` W3 and W5) take a few minutes; a run that waits on
+/// something that never comes would otherwise hold the whole harness, and CI, forever.
+const WORKLOAD_LIMIT: Duration = Duration::from_secs(30 * 60);
+
+/// `run`, or an error once it has taken [`WORKLOAD_LIMIT`].
+pub(crate) async fn bounded<T>(run: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    bounded_by(WORKLOAD_LIMIT, run).await
+}
+
+async fn bounded_by<T>(
+    limit: Duration,
+    run: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
+        Err(anyhow::anyhow!(
+            "no result within {limit:?}; stopped waiting"
+        ))
+    })
 }
 
 /// Sizes of every workload at one scale.
@@ -192,7 +213,7 @@ pub async fn run_all(
             for &n in &sizes.herd {
                 let mut herds = Vec::new();
                 for _ in 0..sizes.herd_repeats {
-                    let run = workloads::herd::run(backend, n, &mut ceilings).await;
+                    let run = bounded(workloads::herd::run(backend, n, &mut ceilings)).await;
                     herds.push(settle("W1", backend, run));
                 }
                 let summary = workloads::herd::summarize(backend, n, &herds);
@@ -202,13 +223,13 @@ pub async fn run_all(
         }
         if wanted("W2") {
             for &(m, secs) in &sizes.steady {
-                let run = workloads::steady::run(
+                let run = bounded(workloads::steady::run(
                     backend,
                     m,
                     secs,
                     broker_rate,
                     workloads::Shortfall::Error,
-                )
+                ))
                 .await;
                 outcomes.push(settle("W2", backend, run));
             }
@@ -220,18 +241,18 @@ pub async fn run_all(
         }
         if wanted("W3") {
             let (n, due, secs) = sizes.idle;
-            let run = workloads::idle::run(backend, n, due, secs).await;
+            let run = bounded(workloads::idle::run(backend, n, due, secs)).await;
             outcomes.push(settle("W3", backend, run));
         }
     }
     if wanted("W4") {
         let (m, before, after) = sizes.failover;
-        let run = workloads::failover::run(m, before, after).await;
+        let run = bounded(workloads::failover::run(m, before, after)).await;
         outcomes.push(settle("W4", Backend::Postgres, run));
     }
     if wanted("W5") {
         let (overdue, finished) = sizes.reconcile;
-        let run = workloads::reconcile::run(overdue, finished, broker_rate).await;
+        let run = bounded(workloads::reconcile::run(overdue, finished, broker_rate)).await;
         outcomes.push(settle("W5", Backend::Postgres, run));
     }
     Ok(report::Report {
@@ -254,4 +275,22 @@ fn settle(
         outcome.errors.push(format!("did not complete: {error:#}"));
         outcome
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_workload_that_never_finishes_becomes_an_error() {
+        let hung = bounded_by(
+            Duration::from_millis(20),
+            std::future::pending::<anyhow::Result<()>>(),
+        )
+        .await;
+        let error = hung.expect_err("stopped waiting").to_string();
+        assert!(error.contains("no result within"), "{error}");
+        let done = bounded_by(Duration::from_secs(5), async { Ok(7) }).await;
+        assert_eq!(done.unwrap(), 7);
+    }
 }

@@ -9,7 +9,7 @@ use chrono::Utc;
 use serde_json::json;
 
 use crate::bench::{
-    Backend, paced,
+    Backend, bounded, paced,
     probe::Probe,
     process::{MachineCpu, ProcessSample},
     progress::Progress,
@@ -143,7 +143,7 @@ pub async fn search(
     let mut highest: Option<(usize, f64, Option<f64>)> = None;
     let mut highest_on_target = None;
     for &m in rates {
-        let step = match run(backend, m, secs, broker_rate, Shortfall::Measured).await {
+        let step = match bounded(run(backend, m, secs, broker_rate, Shortfall::Measured)).await {
             Ok(step) => step,
             Err(error) => {
                 eprintln!("[bench] W2 search at {m}/s failed: {error:#}");
