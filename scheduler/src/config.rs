@@ -19,11 +19,11 @@ pub struct Setting {
     pub doc: &'static str,
 }
 
-/// Every setting `chimed` reads.
 /// The smallest `republish_after` accepted. A confirmed run waits a moment before it
 /// is marked `dispatched` (see `dispatch::marker`), and must not look unconfirmed meanwhile.
 pub const MIN_REPUBLISH_AFTER: Duration = Duration::from_secs(1);
 
+/// Every setting `chimed` reads.
 pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "database_url",

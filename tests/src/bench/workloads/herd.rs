@@ -121,7 +121,7 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
 
 /// The target over `herds` runs of W1 with `n` jobs on `backend`: their median ratio to
 /// the ceiling. One herd lasts about a second, and on a shared 2-core machine single
-/// runs of the same code spread from 1.1x to 1.7x.
+/// runs of the same code spread from 1.0x to 1.7x.
 pub fn summarize(backend: Backend, n: usize, herds: &[Outcome]) -> Outcome {
     let mut summary = Outcome::new(
         "W1",
