@@ -5,15 +5,13 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use lapin::{
-    message::Delivery,
-    options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions},
-};
+use lapin::message::Delivery;
 use tracing::{debug, warn};
 
 use super::{
     Registered, Shared, heartbeat,
     replies::{PendingReply, ReplyError, ReplyPublisher},
+    settlement::Settler,
 };
 use crate::{
     backoff::Backoff,
@@ -40,13 +38,18 @@ enum DeliveryError {
     Stopping,
 }
 
-pub(super) async fn process(delivery: Delivery, shared: &Shared, replies: &ReplyPublisher) {
+pub(super) async fn process(
+    delivery: Delivery,
+    shared: &Shared,
+    replies: &ReplyPublisher,
+    settler: &Settler,
+) {
     let task = match TaskMessage::from_slice(&delivery.data) {
         Ok(task) => task,
         Err(error) => {
             warn!(%error, group = %shared.settings.group, "dead-lettering a malformed task");
             metrics::counter!("chime_consumer_malformed_tasks_total").increment(1);
-            let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
+            settler.dead_letter(&delivery);
             return;
         }
     };
@@ -75,23 +78,12 @@ pub(super) async fn process(delivery: Delivery, shared: &Shared, replies: &Reply
     match outcome {
         // Not started: the delivery goes back to the queue when the channel closes.
         Err(DeliveryError::Stopping) => {}
-        Ok(()) => match delivery.ack(BasicAckOptions::default()).await {
-            Ok(true) => {}
-            Ok(false) | Err(_) => {
-                // The channel is gone; RabbitMQ redelivers and the outcome is replayed.
-                warn!(task_id = %ctx.task_id(), "delivery ack not sent; task will be redelivered");
-            }
-        },
+        Ok(()) => settler.ack(&delivery),
         Err(error) => {
             warn!(%error, task_id = %ctx.task_id(), job = ctx.job(),
                 "task not completed; handing it back to the queue");
             tokio::time::sleep(REQUEUE_PAUSE).await;
-            let _ = delivery
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                })
-                .await;
+            settler.requeue(&delivery);
         }
     }
 }

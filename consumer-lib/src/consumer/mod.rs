@@ -6,8 +6,9 @@
 //!
 //! Per delivery (see [`delivery`]): parse (malformed → dead-letter queue), replay a recorded
 //! outcome for a duplicate, otherwise publish an ack, run the handler, record the outcome,
-//! publish the result with a confirm, and only then acknowledge the delivery. A crash at any
-//! point leaves the delivery unacknowledged, so RabbitMQ delivers it again. While a handler
+//! publish the result with a confirm, and only then acknowledge the delivery (see
+//! [`settlement`]: acks go out within milliseconds, many as one). A crash at any point
+//! before the ack leaves the delivery unacknowledged, so RabbitMQ delivers it again. While a handler
 //! runs, heartbeats (with any progress it reports) keep the scheduler from publishing the
 //! task again.
 
@@ -18,6 +19,7 @@ mod key_lock;
 mod presence;
 pub(crate) mod replies;
 mod session;
+mod settlement;
 
 use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
 

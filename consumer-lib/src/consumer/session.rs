@@ -22,7 +22,7 @@ use lapin::{
 use tokio_util::{sync::CancellationToken, sync::DropGuard, task::TaskTracker};
 use tracing::{info, warn};
 
-use super::{Settings, Shared, delivery, presence, replies::ReplyPublisher};
+use super::{Settings, Shared, delivery, presence, replies::ReplyPublisher, settlement::Settler};
 use crate::protocol::topology;
 
 /// Why consuming stopped.
@@ -45,6 +45,7 @@ pub(super) struct Session {
     connection: Connection,
     consume_channel: Channel,
     consumers: Vec<lapin::Consumer>,
+    settler: Settler,
     replies: ReplyPublisher,
     presence: DropGuard,
 }
@@ -88,6 +89,7 @@ impl Session {
             connection,
             consume_channel,
             consumers,
+            settler: Settler::start(settings.prefetch),
             replies,
             presence,
         })
@@ -120,8 +122,9 @@ impl Session {
                 Some(Pulled::Delivery(received)) => {
                     let shared = shared.clone();
                     let replies = self.replies.clone();
+                    let settler = self.settler.clone();
                     in_flight.spawn(async move {
-                        delivery::process(*received, &shared, &replies).await;
+                        delivery::process(*received, &shared, &replies, &settler).await;
                     });
                 }
                 Some(Pulled::Failed(error)) => return SessionEnd::Lost(error.to_string()),
@@ -134,8 +137,8 @@ impl Session {
     }
 
     /// Stops presence and new deliveries, waits for running handlers to report and
-    /// acknowledge, then closes. Deliveries prefetched but not started are returned to
-    /// their queues by the close.
+    /// acknowledge, sends every waiting ack, then closes. Deliveries prefetched but not
+    /// started are returned to their queues by the close.
     pub(super) async fn drain(self, in_flight: &TaskTracker, timeout: Duration) {
         drop(self.presence);
         for consumer in &self.consumers {
@@ -157,6 +160,7 @@ impl Session {
                 "handlers still running at the drain timeout; their tasks will be redelivered"
             );
         }
+        self.settler.flush().await;
         let _ = self
             .consume_channel
             .close(200, "consumer shutting down".into())
