@@ -2,6 +2,11 @@
 //! publisher confirms (a window of [`IN_FLIGHT`] unconfirmed messages) and a plain lapin
 //! consumer (manual acks, prefetch [`PREFETCH`]) move `n` persistent messages of the
 //! task's size through a queue declared exactly like a Chime work queue, concurrently.
+//!
+//! The plain consumer acks each delivery ([`Acks::EachDelivery`]): that is the ceiling the
+//! targets are judged against. [`Acks::Multiple`] acks every [`MULTIPLE_ACK_EVERY`]th
+//! delivery with `multiple`, as the consumer library batches its acks, for a reference
+//! that shows how much of Chime's ratio that trick alone buys.
 
 use std::{
     collections::BTreeMap,
@@ -25,6 +30,29 @@ use super::{probe::PREFETCH, process::MachineCpu, progress::Progress};
 
 /// Unconfirmed publishes the ceiling's publisher keeps in flight.
 pub const IN_FLIGHT: usize = 1000;
+/// How many deliveries one `multiple` ack settles with [`Acks::Multiple`].
+pub const MULTIPLE_ACK_EVERY: usize = 50;
+
+/// How the ceiling's consumer acknowledges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Acks {
+    /// One `basic.ack` per delivery: the plain consumer.
+    EachDelivery,
+    /// One `basic.ack` with `multiple` per [`MULTIPLE_ACK_EVERY`] deliveries (and the rest
+    /// at the end).
+    Multiple,
+}
+
+impl Acks {
+    /// Whether the consumer acks (through) its `seen`th delivery of `n`.
+    fn acks_at(self, seen: usize, n: usize) -> bool {
+        match self {
+            Acks::EachDelivery => true,
+            Acks::Multiple => seen.is_multiple_of(MULTIPLE_ACK_EVERY) || seen == n,
+        }
+    }
+}
 
 /// What the broker alone achieved.
 #[derive(Debug, Clone, Serialize)]
@@ -33,6 +61,8 @@ pub struct Ceiling {
     pub n: usize,
     /// Body size, bytes.
     pub body_bytes: usize,
+    /// How its consumer acknowledged.
+    pub acks: Acks,
     /// From the first publish to the last confirm, s.
     pub publish_s: f64,
     /// From the first publish to the last delivery, s.
@@ -49,9 +79,18 @@ impl Ceiling {
     }
 }
 
-/// Moves `n` messages of `body_bytes` through a fresh work queue in the vhost at `amqp_url`.
-pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Result<Ceiling> {
-    let progress = Progress::new(format!("ceiling n={n}"));
+/// Moves `n` messages of `body_bytes` through a fresh work queue in the vhost at
+/// `amqp_url`, its consumer acknowledging as `acks` says.
+pub async fn measure(
+    amqp_url: &str,
+    n: usize,
+    body_bytes: usize,
+    acks: Acks,
+) -> anyhow::Result<Ceiling> {
+    let progress = Progress::new(match acks {
+        Acks::EachDelivery => format!("ceiling n={n}"),
+        Acks::Multiple => format!("ceiling n={n} (multiple acks)"),
+    });
     let mut lane = Lane::open(amqp_url, "ceiling").await?;
     let mut deliveries = lane.take_deliveries();
     let machine_before = MachineCpu::read();
@@ -62,8 +101,12 @@ pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Res
             let Some(delivery) = deliveries.next().await else {
                 anyhow::bail!("the ceiling consumer stopped after {seen} messages");
             };
-            delivery?.ack(BasicAckOptions::default()).await?;
+            let delivery = delivery?;
             seen += 1;
+            if acks.acks_at(seen, n) {
+                let multiple = acks == Acks::Multiple;
+                delivery.ack(BasicAckOptions { multiple }).await?;
+            }
         }
         Ok(started.elapsed())
     });
@@ -93,6 +136,7 @@ pub async fn measure(amqp_url: &str, n: usize, body_bytes: usize) -> anyhow::Res
     Ok(Ceiling {
         n,
         body_bytes,
+        acks,
         publish_s,
         consume_s,
         cpu_pct_by_program,
@@ -185,5 +229,20 @@ pub(super) fn confirm(
     match outcome {
         Some(Ok(lapin::Confirmation::Ack(None))) => Ok(()),
         other => anyhow::bail!("the ceiling publish was not confirmed cleanly: {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiple_acks_cover_every_delivery_once_and_end_at_the_last() {
+        let n = 2 * MULTIPLE_ACK_EVERY + 7;
+        let at: Vec<usize> = (1..=n)
+            .filter(|&seen| Acks::Multiple.acks_at(seen, n))
+            .collect();
+        assert_eq!(at, vec![MULTIPLE_ACK_EVERY, 2 * MULTIPLE_ACK_EVERY, n]);
+        assert!((1..=n).all(|seen| Acks::EachDelivery.acks_at(seen, n)));
     }
 }

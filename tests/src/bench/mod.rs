@@ -11,6 +11,7 @@
 //! fires are correctness failures and fail the run.
 
 pub mod ceiling;
+pub mod consumer_metrics;
 pub mod db;
 pub mod machine;
 pub mod paced;
@@ -93,7 +94,13 @@ impl Ceilings {
             return Ok(c.clone());
         }
         let vhost = crate::TestVhost::new();
-        let c = ceiling::measure(&vhost.amqp_url(), n, body_bytes).await?;
+        let c = ceiling::measure(
+            &vhost.amqp_url(),
+            n,
+            body_bytes,
+            ceiling::Acks::EachDelivery,
+        )
+        .await?;
         self.measured.insert((n, body_bytes), c.clone());
         Ok(c)
     }
@@ -103,6 +110,13 @@ impl Ceilings {
     pub async fn fresh(&mut self, n: usize, body_bytes: usize) -> anyhow::Result<Ceiling> {
         self.measured.remove(&(n, body_bytes));
         self.get(n, body_bytes).await
+    }
+
+    /// The ceiling for `n` messages of `body_bytes` with `multiple` acks, measured now (a
+    /// reference, not a target).
+    pub async fn with_multiple_acks(n: usize, body_bytes: usize) -> anyhow::Result<Ceiling> {
+        let vhost = crate::TestVhost::new();
+        ceiling::measure(&vhost.amqp_url(), n, body_bytes, ceiling::Acks::Multiple).await
     }
 }
 

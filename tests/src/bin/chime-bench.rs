@@ -47,6 +47,8 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    // The measured consumer runs in this process; its metrics go into the report.
+    chime_tests::bench::consumer_metrics::install()?;
     let scale = if args.full {
         Scale::Full
     } else if args.smoke {

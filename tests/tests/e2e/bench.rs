@@ -66,6 +66,10 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
                 assert_eq!(outcome["params"]["herds"], 2, "{outcome}");
                 assert_eq!(m["time_vs_ceiling_each"].as_array().unwrap().len(), 2);
                 assert!(
+                    m["time_vs_multiple_ack_ceiling_median"].as_f64().unwrap() > 0.0,
+                    "{outcome}"
+                );
+                assert!(
                     m["time_vs_ceiling_median"].as_f64().unwrap() > 0.0,
                     "{outcome}"
                 );
@@ -78,6 +82,12 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
                     "{outcome}"
                 );
                 assert!(m["time_vs_ceiling"].as_f64().unwrap() > 0.0, "{outcome}");
+                assert_eq!(m["ceiling_multiple_acks"]["acks"], "multiple", "{outcome}");
+                // The herd's deliveries are acked in batches, not one frame each.
+                assert!(
+                    m["deliveries_per_ack_frame"].as_f64().unwrap() > 1.0,
+                    "{outcome}"
+                );
             }
             "W2" if outcome["params"]["search"].is_array() => {
                 // The search's summary: smoke searches 100 fires/s, which any box keeps up with.

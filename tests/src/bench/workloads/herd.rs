@@ -10,7 +10,7 @@ use chrono::Utc;
 use serde_json::json;
 
 use crate::bench::{
-    Backend, Ceilings,
+    Backend, Ceilings, consumer_metrics,
     probe::{Probe, ms_between},
     process::{MachineCpu, ProcessSample},
     progress::Progress,
@@ -59,11 +59,13 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     // CPU is measured from the instant: the herd's arming before it is not part of the
     // time measured against the ceiling either.
     tokio::time::sleep((instant - Utc::now()).to_std().unwrap_or_default()).await;
+    consumer_metrics::ack_frames_since_last();
     let cpu_before = ProcessSample::read(pid);
     let machine_before = (MachineCpu::read(), std::time::Instant::now());
     let timeout = Duration::from_secs(120 + n as u64 / 200);
     let all = probe.wait_for(n, timeout, &progress).await;
     let receipts = probe.receipts();
+    let ack_frames = consumer_metrics::ack_frames_since_last();
     let cpu_after = ProcessSample::read(pid);
     let machine_cpu =
         MachineCpu::read().since(&machine_before.0, machine_before.1.elapsed().as_secs_f64());
@@ -98,6 +100,13 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     outcome.metric("chimed_cpu_s", cpu_after.cpu_s - cpu_before.cpu_s);
     outcome.metric("cpu_pct_by_program", &machine_cpu);
     outcome.metric("chimed_peak_rss_mib", cpu_after.peak_rss_mib);
+    if let Some(frames) = ack_frames {
+        outcome.metric("consumer_ack_frames", frames);
+        outcome.metric(
+            "deliveries_per_ack_frame",
+            frames.deliveries_per_frame(receipts.len()),
+        );
+    }
     let window = (instant, instant + chrono::Duration::milliseconds(1));
     account_fires(
         &mut outcome,
@@ -115,6 +124,14 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     outcome.metric("ceiling", ceiling);
     outcome.metric("time_vs_ceiling", ratio);
     outcome.metric("throughput_vs_ceiling", 1.0 / ratio);
+    // A reference, not the target: the broker alone with acks batched as the consumer
+    // library batches them.
+    let batched = Ceilings::with_multiple_acks(n, body_len).await?;
+    outcome.metric(
+        "time_vs_multiple_ack_ceiling",
+        consumed_s / batched.consume_s,
+    );
+    outcome.metric("ceiling_multiple_acks", batched);
     stage.db.close().await;
     Ok(outcome)
 }
@@ -137,6 +154,9 @@ pub fn summarize(backend: Backend, n: usize, herds: &[Outcome]) -> Outcome {
     let ratios = of("time_vs_ceiling");
     summary.metric("time_vs_ceiling_each", &ratios);
     summary.metric("last_task_consumed_s_each", of("last_task_consumed_s"));
+    let batched = of("time_vs_multiple_ack_ceiling");
+    summary.metric("time_vs_multiple_ack_ceiling_each", &batched);
+    summary.metric("time_vs_multiple_ack_ceiling_median", median(batched));
     match median(ratios.clone()) {
         Some(ratio) if ratios.len() == herds.len() => {
             summary.metric("time_vs_ceiling_median", ratio);
