@@ -17,8 +17,8 @@ use futures_util::{StreamExt, stream::FuturesUnordered};
 use lapin::{
     BasicProperties, Channel, Connection, ConnectionProperties, PublisherConfirm,
     options::{
-        BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-        ConfirmSelectOptions,
+        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions,
+        BasicQosOptions, ConfirmSelectOptions,
     },
     types::FieldTable,
 };
@@ -28,6 +28,8 @@ use chime_consumer::protocol::topology;
 
 use super::{probe::PREFETCH, process::MachineCpu, progress::Progress};
 
+/// Longest a lane waits for a connection to close.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Unconfirmed publishes the ceiling's publisher keeps in flight.
 pub const IN_FLIGHT: usize = 1000;
 /// How many deliveries one `multiple` ack settles with [`Acks::Multiple`].
@@ -91,8 +93,8 @@ pub async fn measure(
         Acks::EachDelivery => format!("ceiling n={n}"),
         Acks::Multiple => format!("ceiling n={n} (multiple acks)"),
     });
-    let mut lane = Lane::open(amqp_url, "ceiling").await?;
-    let mut deliveries = lane.take_deliveries();
+    let lane = Lane::open(amqp_url, "ceiling").await?;
+    let mut deliveries = lane.deliveries();
     let machine_before = MachineCpu::read();
     let started = Instant::now();
     let consuming = tokio::spawn(async move {
@@ -149,8 +151,12 @@ pub(super) struct Lane {
     publisher: Connection,
     consumer: Connection,
     channel: Channel,
+    consume_channel: Channel,
     group: String,
-    deliveries: Option<lapin::Consumer>,
+    /// Kept until [`Lane::close`]: dropping a consumer's last handle makes lapin send a
+    /// `basic.cancel` on its own, and one racing the connection's close has left
+    /// `Connection::close` waiting forever.
+    deliveries: lapin::Consumer,
 }
 
 impl Lane {
@@ -181,14 +187,15 @@ impl Lane {
             publisher,
             consumer,
             channel,
+            consume_channel,
             group,
-            deliveries: Some(deliveries),
+            deliveries,
         })
     }
 
-    /// The consumer's deliveries (once).
-    pub(super) fn take_deliveries(&mut self) -> lapin::Consumer {
-        self.deliveries.take().expect("deliveries are taken once")
+    /// The consumer's deliveries.
+    pub(super) fn deliveries(&self) -> lapin::Consumer {
+        self.deliveries.clone()
     }
 
     /// Publishes `body` as a persistent, mandatory task-like message; returns its confirm.
@@ -209,16 +216,23 @@ impl Lane {
             .await
     }
 
-    /// Closes both connections and deletes the queue.
+    /// Cancels the consumer, closes both connections and deletes the queue. Each close is
+    /// bounded by [`CLOSE_TIMEOUT`]: it is cleanup, and the vhost goes with the stage.
     pub(super) async fn close(self) -> anyhow::Result<()> {
-        let _ = self.consumer.close(200, "done".into()).await;
+        let _ = tokio::time::timeout(
+            CLOSE_TIMEOUT,
+            self.consume_channel
+                .basic_cancel(self.deliveries.tag(), BasicCancelOptions::default()),
+        )
+        .await;
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.consumer.close(200, "done".into())).await;
         self.channel
             .queue_delete(
                 topology::group_queue(&self.group).as_str().into(),
                 Default::default(),
             )
             .await?;
-        let _ = self.publisher.close(200, "done".into()).await;
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.publisher.close(200, "done".into())).await;
         Ok(())
     }
 }

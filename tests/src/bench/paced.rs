@@ -42,8 +42,8 @@ pub async fn measure(
 ) -> anyhow::Result<PacedCeiling> {
     let n = rate * secs as usize;
     let progress = Progress::new(format!("latency ceiling {rate}/s"));
-    let mut lane = Lane::open(amqp_url, "paced").await?;
-    let mut deliveries = lane.take_deliveries();
+    let lane = Lane::open(amqp_url, "paced").await?;
+    let mut deliveries = lane.deliveries();
     let start = Instant::now() + Duration::from_millis(100);
     let scheduled = move |i: u64| start + Duration::from_secs_f64(i as f64 / rate as f64);
     let consuming = tokio::spawn(async move {
