@@ -311,9 +311,9 @@ where
     }
 }
 
-/// Messages ready in `queue` and its consumers (the queue must exist).
-pub async fn queue_state(channel: &Channel, queue: &str) -> (u32, u32) {
-    let declared = channel
+/// `queue` as the broker has it. A missing queue closes the channel this ran on.
+async fn declare_passive(channel: &Channel, queue: &str) -> lapin::Result<lapin::Queue> {
+    channel
         .queue_declare(
             queue.into(),
             QueueDeclareOptions {
@@ -322,6 +322,12 @@ pub async fn queue_state(channel: &Channel, queue: &str) -> (u32, u32) {
             },
             FieldTable::default(),
         )
+        .await
+}
+
+/// Messages ready in `queue` and its consumers (the queue must exist).
+pub async fn queue_state(channel: &Channel, queue: &str) -> (u32, u32) {
+    let declared = declare_passive(channel, queue)
         .await
         .unwrap_or_else(|e| panic!("queue {queue} should exist: {e}"));
     (declared.message_count(), declared.consumer_count())
@@ -333,17 +339,7 @@ pub async fn wait_for_consumer(vhost: &Vhost, queue: &str) {
     let (connection, _) = vhost.channel().await;
     eventually(&format!("a consumer on {queue}"), || async {
         let channel = connection.create_channel().await.expect("open a channel");
-        let declared = channel
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .ok()?;
+        let declared = declare_passive(&channel, queue).await.ok()?;
         let _ = channel.close(200, "probe done".into()).await;
         (declared.consumer_count() > 0).then_some(())
     })

@@ -59,6 +59,7 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     // CPU is measured from the instant: the herd's arming before it is not part of the
     // time measured against the ceiling either.
     tokio::time::sleep((instant - Utc::now()).to_std().unwrap_or_default()).await;
+    // Reading the counters resets them, so the herd's figures start here.
     consumer_metrics::ack_frames_since_last();
     let cpu_before = ProcessSample::read(pid);
     let machine_before = (MachineCpu::read(), std::time::Instant::now());
