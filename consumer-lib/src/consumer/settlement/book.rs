@@ -113,7 +113,7 @@ impl<A> AckBook<A> {
     }
 
     /// Whether the waiting acks should go out now rather than at [`AckBook::next_flush`].
-    pub(super) fn under_pressure(&self) -> bool {
+    fn under_pressure(&self) -> bool {
         self.waiting.len() >= self.pressure_at
     }
 
