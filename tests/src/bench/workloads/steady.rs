@@ -129,63 +129,184 @@ pub async fn run(
     Ok(outcome)
 }
 
+/// One step of the search: Chime and the broker alone at one rate.
+struct Step {
+    rate: usize,
+    kept_up: bool,
+    chime_p99_ms: f64,
+    broker_p99_ms: Option<f64>,
+}
+
 /// Looks for the highest rate the box sustains: runs W2 at each of `rates` (ascending)
-/// for `secs` seconds, stopping after the first rate not kept up with. Returns every
-/// step's outcome, then one that names the highest rate kept up with and checks its
-/// lateness against the target.
+/// for `secs` seconds, stopping after the first rate Chime does not keep up with. Returns
+/// every step's outcome, then a summary that judges the target.
+///
+/// The box sustains a rate within the target when the broker alone, on this machine,
+/// delivers it with a p99 of at most [`TARGET_P99_AT_HIGHEST_MS`]: that is the physical
+/// limit, and no client of the broker gets lower. The target is met when Chime is within
+/// it too at the highest such rate of the search. The highest rate Chime merely keeps up
+/// with (no fire lost, p99 under [`KEEP_UP_P99_MS`]) is reported beside it, with its p99
+/// against the broker's: near saturation the broker alone is far above 50 ms as well.
 pub async fn search(
     backend: Backend,
     rates: &[usize],
     secs: u32,
     broker_rate: f64,
 ) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
     let mut steps = Vec::new();
-    let mut highest: Option<(usize, f64, Option<f64>)> = None;
-    let mut highest_on_target = None;
     for &m in rates {
-        let step = match bounded(run(backend, m, secs, broker_rate, Shortfall::Measured)).await {
-            Ok(step) => step,
+        let outcome = match bounded(run(backend, m, secs, broker_rate, Shortfall::Measured)).await {
+            Ok(outcome) => outcome,
             Err(error) => {
                 eprintln!("[bench] W2 search at {m}/s failed: {error:#}");
                 let mut failed = Outcome::new("W2", backend.as_str(), json!({"jobs": m}));
                 failed.errors.push(format!("did not complete: {error:#}"));
-                steps.push(failed);
+                outcomes.push(failed);
                 break;
             }
         };
-        let kept_up = step.metrics.get("kept_up").and_then(|v| v.as_bool()) == Some(true);
-        let ms = |name: &str, at: &str| step.metrics.get(name)?.pointer(at)?.as_f64();
-        if kept_up {
-            let p99 = ms("consume_lateness_ms", "/p99_ms").unwrap_or(f64::INFINITY);
-            if p99 <= TARGET_P99_AT_HIGHEST_MS {
-                highest_on_target = Some(m);
-            }
-            highest = Some((m, p99, ms("latency_ceiling", "/consume_lateness_ms/p99_ms")));
-        }
+        let ms = |name: &str, at: &str| outcome.metrics.get(name)?.pointer(at)?.as_f64();
+        let step = Step {
+            rate: m,
+            kept_up: outcome.metrics.get("kept_up").and_then(|v| v.as_bool()) == Some(true),
+            chime_p99_ms: ms("consume_lateness_ms", "/p99_ms").unwrap_or(f64::INFINITY),
+            broker_p99_ms: ms("latency_ceiling", "/consume_lateness_ms/p99_ms"),
+        };
+        outcomes.push(outcome);
+        let kept_up = step.kept_up;
         steps.push(step);
         if !kept_up {
             break;
         }
     }
+    outcomes.push(search_summary(backend, rates, secs, &steps));
+    outcomes
+}
+
+/// Judges the search's steps (see [`search`]).
+fn search_summary(backend: Backend, rates: &[usize], secs: u32, steps: &[Step]) -> Outcome {
     let mut summary = Outcome::new(
         "W2",
         backend.as_str(),
         json!({"search": rates, "seconds": secs}),
     );
-    match highest {
-        Some((rate, p99, broker_p99)) => {
-            summary.metric("highest_rate_kept_up", rate);
-            summary.metric("consume_p99_ms_at_highest", p99);
-            summary.metric("broker_alone_p99_ms_at_highest", broker_p99);
-            summary.metric("highest_rate_within_target", highest_on_target);
-            summary.check(
-                format!("consume lateness p99 <= {TARGET_P99_AT_HIGHEST_MS} ms at the highest rate kept up with"),
-                format!("{p99:.1} ms at {rate}/s"),
-                p99 <= TARGET_P99_AT_HIGHEST_MS,
+    let within = |p99: f64| p99 <= TARGET_P99_AT_HIGHEST_MS;
+    let chime_ok = |step: &Step| step.kept_up && within(step.chime_p99_ms);
+    let highest_kept_up = steps.iter().rfind(|step| step.kept_up);
+    summary.metric(
+        "highest_rate_kept_up",
+        highest_kept_up.map(|step| step.rate),
+    );
+    if let Some(step) = highest_kept_up {
+        summary.metric("consume_p99_ms_at_highest", step.chime_p99_ms);
+        summary.metric("broker_alone_p99_ms_at_highest", step.broker_p99_ms);
+        if let Some(broker) = step.broker_p99_ms {
+            summary.metric(
+                "consume_p99_vs_broker_at_highest",
+                step.chime_p99_ms / broker,
             );
         }
-        None => summary.check("some rate of the search kept up with", "none", false),
     }
-    steps.push(summary);
-    steps
+    summary.metric(
+        "highest_rate_within_target",
+        steps
+            .iter()
+            .rfind(|step| chime_ok(step))
+            .map(|step| step.rate),
+    );
+    let box_sustains = steps
+        .iter()
+        .rfind(|step| step.broker_p99_ms.is_some_and(within));
+    match box_sustains {
+        Some(step) => {
+            summary.metric("highest_rate_box_sustains", step.rate);
+            summary.metric("consume_p99_ms_at_box_limit", step.chime_p99_ms);
+            summary.metric("broker_alone_p99_ms_at_box_limit", step.broker_p99_ms);
+            // Whether the box's limit lies beyond the search: the broker was within the
+            // target at every rate searched.
+            summary.metric(
+                "box_limit_beyond_search",
+                steps.len() == rates.len() && steps.iter().all(|s| s.broker_p99_ms.is_some_and(within)),
+            );
+            summary.check(
+                format!(
+                    "consume lateness p99 <= {TARGET_P99_AT_HIGHEST_MS} ms at the highest rate the box sustains within it"
+                ),
+                format!(
+                    "{:.1} ms at {}/s (the broker alone: {:.1} ms)",
+                    step.chime_p99_ms,
+                    step.rate,
+                    step.broker_p99_ms.unwrap_or(f64::NAN)
+                ),
+                chime_ok(step),
+            );
+        }
+        None => summary.check(
+            format!(
+                "some rate of the search that the broker alone delivers within {TARGET_P99_AT_HIGHEST_MS} ms"
+            ),
+            "none: search lower rates",
+            false,
+        ),
+    }
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(rate: usize, kept_up: bool, chime: f64, broker: f64) -> Step {
+        Step {
+            rate,
+            kept_up,
+            chime_p99_ms: chime,
+            broker_p99_ms: Some(broker),
+        }
+    }
+
+    fn judged(steps: &[Step]) -> Outcome {
+        let rates: Vec<usize> = steps.iter().map(|s| s.rate).collect();
+        search_summary(Backend::Postgres, &rates, 20, steps)
+    }
+
+    #[test]
+    fn judges_at_the_highest_rate_the_broker_alone_delivers_within_the_target() {
+        let summary = judged(&[
+            step(2000, true, 12.0, 4.0),
+            step(4000, true, 40.0, 30.0),
+            step(6000, true, 190.0, 76.0),
+            step(8000, false, 2000.0, 180.0),
+        ]);
+        assert_eq!(summary.metrics["highest_rate_box_sustains"], 4000);
+        assert_eq!(summary.metrics["highest_rate_kept_up"], 6000);
+        assert_eq!(summary.metrics["highest_rate_within_target"], 4000);
+        assert_eq!(summary.metrics["box_limit_beyond_search"], false);
+        assert!(summary.checks[0].met, "{:?}", summary.checks);
+    }
+
+    #[test]
+    fn misses_when_chime_is_slower_than_the_box_at_its_limit() {
+        let summary = judged(&[step(2000, true, 12.0, 4.0), step(4000, true, 60.0, 30.0)]);
+        assert_eq!(summary.metrics["highest_rate_box_sustains"], 4000);
+        assert_eq!(summary.metrics["box_limit_beyond_search"], true);
+        assert!(!summary.checks[0].met);
+    }
+
+    #[test]
+    fn misses_when_chime_falls_behind_where_the_broker_alone_keeps_within_the_target() {
+        let summary = judged(&[step(2000, true, 12.0, 4.0), step(4000, false, 30.0, 20.0)]);
+        assert_eq!(summary.metrics["highest_rate_box_sustains"], 4000);
+        assert_eq!(summary.metrics["highest_rate_kept_up"], 2000);
+        assert!(!summary.checks[0].met);
+    }
+
+    #[test]
+    fn cannot_be_met_when_the_broker_alone_misses_at_every_rate() {
+        let summary = judged(&[step(4000, true, 118.0, 93.0)]);
+        assert!(!summary.metrics.contains_key("highest_rate_box_sustains"));
+        assert_eq!(summary.checks.len(), 1);
+        assert!(!summary.checks[0].met);
+    }
 }
