@@ -267,6 +267,76 @@ async fn fire_records_each_fire_once(store: &dyn Store) {
     );
 }
 
+/// A fire whose run is already recorded (a node that recorded it died before its schedule
+/// advanced) is not recorded again, while the rest of the batch is, and the schedule still
+/// advances. The recorded run comes back column for column.
+async fn fire_skips_a_run_already_recorded_and_records_the_rest(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let recorded = every_second("recorded", now);
+    let fresh = every_second("fresh", now);
+    store.insert_job(&recorded).await.unwrap();
+    store.insert_job(&fresh).await.unwrap();
+    let at = now + Duration::milliseconds(1003);
+    let mut before = recorded
+        .fires_due(at, at, GRACE, &LiveZones::default())
+        .runs;
+    assert_eq!(before.len(), 1);
+    let mut before = before.remove(0);
+    before.fired_by = Some("node-gone".into());
+    assert!(store.insert_run(&before).await.unwrap());
+
+    let batch = store
+        .fire(&[recorded.id, fresh.id], at, GRACE, &firing())
+        .await
+        .unwrap();
+    let jobs: Vec<&str> = batch
+        .recorded
+        .iter()
+        .map(|task| task.job.as_str())
+        .collect();
+    assert_eq!(jobs, ["fresh"]);
+    let mut next = batch.next_fire.clone();
+    next.sort();
+    let mut expected = vec![
+        (recorded.id, Some(now + Duration::seconds(2))),
+        (fresh.id, Some(now + Duration::seconds(2))),
+    ];
+    expected.sort();
+    assert_eq!(next, expected);
+    assert_eq!(
+        store
+            .get_job(recorded.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .next_fire_at,
+        Some(now + Duration::seconds(2)),
+        "advanced although its fire was already recorded"
+    );
+    assert_eq!(
+        store.get_run(before.id).await.unwrap(),
+        Some(before),
+        "left as the first recorder wrote it"
+    );
+    let task = &batch.recorded[0];
+    let run = store.get_run(task.task_id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            run.job_id,
+            run.fire_time,
+            run.state,
+            run.fired_by.as_deref()
+        ),
+        (
+            fresh.id,
+            now + Duration::seconds(1),
+            RunState::Scheduled,
+            Some("node-a")
+        )
+    );
+    assert_eq!(run.payload, fresh.spec.settings.payload);
+}
+
 /// Fires armed `ahead` of their time (the default form: see `fire_ahead`).
 fn arming(ahead: Duration) -> Firing {
     Firing { ahead, ..firing() }
@@ -1958,6 +2028,7 @@ store_suite!(
         delete_removes_job_and_runs,
         due_jobs_pages_by_time_and_skips_paused,
         fire_records_each_fire_once,
+        fire_skips_a_run_already_recorded_and_records_the_rest,
         armed_fires_are_recorded_ahead_and_due_at_their_time,
         a_change_withdraws_armed_fires,
         fire_applies_the_misfire_policy,
