@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::{Row, SqliteConnection};
+use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
@@ -46,7 +46,9 @@ pub(super) async fn record_replies(
 }
 
 /// Reads the runs `ids` (the write transaction already excludes other writers); the job
-/// settings only of `result_ids`.
+/// settings only of `result_ids`. The runs come back as one JSON array in one row: sqlx
+/// hands each row from its SQLite worker thread over a channel, a wake-up per row, which
+/// at a few thousand replies a second cost more than the query.
 async fn read_runs(
     conn: &mut SqliteConnection,
     ids: &[Uuid],
@@ -55,33 +57,28 @@ async fn read_runs(
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows = sqlx::query(
-        "SELECT r.id, r.state, r.attempt, r.mode,
-                CASE WHEN r.id IN (SELECT value FROM json_each(?2)) THEN j.settings END
-                    AS settings
+    let rows: Option<String> = sqlx::query_scalar(
+        "SELECT json_group_array(json_array(
+                    r.id, r.state, r.attempt, r.mode,
+                    CASE WHEN r.id IN (SELECT value FROM json_each(?2)) THEN j.settings END))
          FROM runs r JOIN jobs j ON j.id = r.job_id
          WHERE r.id IN (SELECT value FROM json_each(?1))",
     )
     .bind(json!(ids).to_string())
     .bind(json!(result_ids).to_string())
-    .fetch_all(&mut *conn)
+    .fetch_one(&mut *conn)
     .await?;
+    let rows: Vec<(String, String, u32, String, Option<String>)> =
+        serde_json::from_str(rows.as_deref().unwrap_or("[]"))
+            .map_err(|e| corrupt("the runs of a reply round", e))?;
     let mut facts = HashMap::with_capacity(rows.len());
-    for row in rows {
-        let id: String = row.try_get("id")?;
+    for (id, state, attempt, mode, settings) in rows {
         let what = format!("run {id}");
-        let settings = row
-            .try_get::<Option<String>, _>("settings")?
+        let settings = settings
             .map(|text| serde_json::from_str::<JobSettings>(&text))
             .transpose()
             .map_err(|e| corrupt(&what, e))?;
-        let run = RunFacts::from_columns(
-            &what,
-            row.try_get("state")?,
-            row.try_get("attempt")?,
-            row.try_get("mode")?,
-            settings,
-        )?;
+        let run = RunFacts::from_columns(&what, &state, attempt, &mode, settings)?;
         facts.insert(id.parse().map_err(|e| corrupt(&what, e))?, run);
     }
     Ok(facts)
