@@ -12,6 +12,7 @@ use chime_scheduler::{
 };
 use chrono::{Duration, Utc};
 use serde_json::json;
+use sqlx::{Connection, PgConnection};
 
 const TTL: StdDuration = StdDuration::from_secs(30);
 
@@ -145,6 +146,89 @@ async fn a_fire_under_a_stale_token_writes_nothing() {
         !batch.recorded.is_empty(),
         "the owner with the current token fires"
     );
+}
+
+/// While a fire transaction holds its lease rows, the owner still renews at once (the
+/// fence must not starve renewals under a steady stream of fires), yet no other node can
+/// take the shard over until the fire commits.
+#[tokio::test]
+async fn a_fire_in_flight_blocks_a_takeover_but_not_the_owners_renewal() {
+    let db = TestDatabase::postgres().await;
+    let store = open(&db, 4).await;
+    let job = job("in-flight");
+    store.insert_job(&job).await.unwrap();
+    let shard = shard_of(job.id, 4);
+    let lease = store.acquire_leases("a", &[shard], 1, TTL).await.unwrap()[0].lease;
+
+    // Hold the job row, so a's fire proves its lease and then waits, its transaction open.
+    let mut holder = PgConnection::connect(db.url()).await.unwrap();
+    let mut held = holder.begin().await.unwrap();
+    sqlx::query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind(job.id)
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let firing = Firing {
+        node: "a".into(),
+        fence: Some(vec![lease]),
+        ahead: chrono::Duration::zero(),
+    };
+    let fire = tokio::spawn({
+        let store = store.clone();
+        let job_id = job.id;
+        async move {
+            store
+                .fire(&[job_id], Utc::now(), Duration::seconds(5), &firing)
+                .await
+        }
+    });
+    let mut watcher = PgConnection::connect(db.url()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + StdDuration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fire never waited on the held job row"
+        );
+        tokio::time::sleep(StdDuration::from_millis(20)).await;
+    }
+
+    let renewed = tokio::time::timeout(
+        StdDuration::from_secs(5),
+        store.renew_leases("a", &[lease], TTL),
+    )
+    .await
+    .expect("the renewal waited for the fire in flight")
+    .unwrap();
+    assert_eq!(renewed, vec![lease]);
+
+    // a gives the shard up, but b cannot have it while a's fire is in flight.
+    store.release_leases("a", &[shard]).await.unwrap();
+    let taken = store.acquire_leases("b", &[shard], 1, TTL).await.unwrap();
+    assert!(
+        taken.is_empty(),
+        "taken over under a fire in flight: {taken:?}"
+    );
+
+    held.rollback().await.unwrap();
+    let batch = fire.await.unwrap().unwrap();
+    assert!(batch.fenced.is_empty());
+    assert!(
+        !batch.recorded.is_empty(),
+        "the fire commits under the lease it proved"
+    );
+    let taken = store.acquire_leases("b", &[shard], 1, TTL).await.unwrap();
+    assert_eq!(taken.len(), 1, "free once the fire committed");
+    assert_eq!(taken[0].lease.token, lease.token + 1);
 }
 
 #[tokio::test]

@@ -100,7 +100,13 @@ pub(super) async fn init(pool: &PgPool, requested: u32) -> Result<u32, StoreErro
 }
 
 /// Inside a fire transaction: which of `fence`'s shards `node` still holds with the same
-/// token, unexpired by the database's clock. The rows stay share-locked until commit.
+/// token, unexpired by the database's clock. The rows stay locked until commit in the
+/// weakest mode that still fences: `FOR KEY SHARE` conflicts with the `FOR UPDATE` a
+/// takeover takes (see [`PostgresStore::acquire_leases`]), so no other node can own the
+/// shard before this fire commits, but not with the owner's own renewal, which updates
+/// only `expires_at`. With `FOR SHARE`, each renewal waited for every fire transaction
+/// in flight, and under a steady stream of them took over a second, long enough for the
+/// node to stop trusting its own leases.
 pub(super) async fn prove_leases(
     tx: &mut Transaction<'_, Postgres>,
     node: &str,
@@ -113,7 +119,7 @@ pub(super) async fn prove_leases(
          JOIN UNNEST($2::int[], $3::bigint[]) AS f(shard, token)
            ON l.shard = f.shard AND l.token = f.token
          WHERE l.owner = $1 AND l.expires_at > clock_timestamp()
-         FOR SHARE OF l",
+         FOR KEY SHARE OF l",
     )
     .bind(node)
     .bind(&shards)

@@ -66,7 +66,7 @@ impl PostgresStore {
     /// `shard_count` shards unless it exists (an existing cluster keeps its count).
     pub async fn open(url: &str, shard_count: u32) -> Result<Self, StoreError> {
         // A node stalled inside a transaction (SIGSTOP, a long pause) would keep its lease
-        // rows share-locked, and no other node could take them over; the server ends
+        // rows locked, and no other node could take them over; the server ends
         // such a transaction instead, and the stalled node's commit then fails.
         // JIT off: chimed's statements are short, and the reconciler's page query over a
         // large backlog is estimated above `jit_above_cost`, so every pass paid tens of
@@ -556,8 +556,8 @@ impl Store for PostgresStore {
         let (job_ids, fenced) = match &firing.fence {
             None => (job_ids.to_vec(), Vec::new()),
             Some(fence) => {
-                // Share-locking the lease rows makes a takeover wait for this commit, so
-                // a fire either commits under the lease or not at all.
+                // Locking the lease rows makes a takeover wait for this commit, so a fire
+                // either commits under the lease or not at all.
                 let proven = cluster::prove_leases(&mut tx, &firing.node, fence).await?;
                 job_ids
                     .iter()
