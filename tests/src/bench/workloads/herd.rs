@@ -66,7 +66,6 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     let timeout = Duration::from_secs(120 + n as u64 / 200);
     let all = probe.wait_for(n, timeout, &progress).await;
     let receipts = probe.receipts();
-    let ack_frames = consumer_metrics::ack_frames_since_last();
     let cpu_after = ProcessSample::read(pid);
     let machine_cpu =
         MachineCpu::read().since(&machine_before.0, machine_before.1.elapsed().as_secs_f64());
@@ -75,6 +74,10 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     let records = wait_dispatched(&stage, n, instant).await?;
     let body_len = probe.body_len();
     probe.stop().await;
+    // After the stop: a task counts as consumed when its handler starts, and its delivery
+    // is acked only after its result's confirm, in a batch up to 5 ms later. The
+    // consumer's drain sends every waiting ack, so only now are all of the herd's counted.
+    let ack_frames = consumer_metrics::ack_frames_since_last();
     chimed.stop().await;
     if !all {
         progress.say(&format!(
