@@ -112,6 +112,16 @@ impl ResultVerdict {
     }
 }
 
+/// What a success does to a run in `state`: whichever attempt it was, the work is done,
+/// unless the run already finished. Needs no retry policy.
+pub fn after_success(state: RunState) -> ResultVerdict {
+    if matches!(state, RunState::Succeeded | RunState::Dead) {
+        ResultVerdict::Stale
+    } else {
+        ResultVerdict::Succeeded
+    }
+}
+
 /// Decides what `result` does to a run in `state` at `attempt`, given the job's
 /// `max_attempts` and `backoff`. `unit` is a random number in `[0, 1)` for the jitter.
 pub fn after_result(
@@ -123,14 +133,13 @@ pub fn after_result(
     now: DateTime<Utc>,
     unit: f64,
 ) -> ResultVerdict {
+    let error = match &result.outcome {
+        TaskOutcome::Succeeded { .. } => return after_success(state),
+        TaskOutcome::Failed { error } => error,
+    };
     if matches!(state, RunState::Succeeded | RunState::Dead) {
         return ResultVerdict::Stale;
     }
-    let error = match &result.outcome {
-        // Whichever attempt it was, the work is done.
-        TaskOutcome::Succeeded { .. } => return ResultVerdict::Succeeded,
-        TaskOutcome::Failed { error } => error,
-    };
     // A failure of an older attempt, or a second report of this one, changes nothing.
     if result.attempt != attempt || state == RunState::Failed {
         return ResultVerdict::Stale;

@@ -26,7 +26,10 @@ use chime_consumer::protocol::{
 };
 
 use crate::{
-    domain::{JobSettings, RunState, retry::ResultVerdict},
+    domain::{
+        JobSettings, RunState,
+        retry::{ResultVerdict, after_success},
+    },
     store::{ReplyApplied, ReplyEffect, StoreError, corrupt, result_verdict},
 };
 
@@ -108,7 +111,9 @@ pub(crate) struct RunFacts {
     pub attempt: u32,
     /// Its job's delivery mode.
     pub mode: DeliveryMode,
-    /// Its job's settings (read only for runs a result names).
+    /// Its job's settings (read only for runs a failure names: a success needs no
+    /// retry policy, and reading and decoding every job's settings for them was a
+    /// measurable part of the collector's work).
     pub settings: Option<JobSettings>,
 }
 
@@ -132,20 +137,20 @@ impl RunFacts {
     }
 }
 
-/// The runs a round names (`ids`, each once) and those a result names (`result_ids`),
-/// whose job settings must be read too.
+/// The runs a round names (`ids`, each once) and those a failure names
+/// (`failure_ids`), whose job settings must be read too.
 pub(crate) fn round_ids(replies: &[&Reply], round: &[usize]) -> (Vec<Uuid>, Vec<Uuid>) {
     let mut ids: Vec<Uuid> = round.iter().filter_map(|&i| replies[i].task_id()).collect();
     // The round is ordered by task, so an ack and its success are neighbours.
     ids.dedup();
-    let result_ids = round
+    let failure_ids = round
         .iter()
         .filter_map(|&i| match replies[i] {
-            Reply::Result(result) => Some(result.task_id),
+            Reply::Result(result) if !is_success(replies[i]) => Some(result.task_id),
             _ => None,
         })
         .collect();
-    (ids, result_ids)
+    (ids, failure_ids)
 }
 
 /// A reply written on its own.
@@ -217,17 +222,21 @@ pub(crate) fn plan_round<'a>(
             },
             Reply::Result(result) => match facts.get(&result.task_id) {
                 Some(run) if run.mode != DeliveryMode::Broadcast => {
-                    let settings = run
-                        .settings
-                        .as_ref()
-                        .expect("settings are read for every run a result names");
                     // After its paired ack the run is acked.
                     let state = if paired.is_some() {
                         RunState::Acked
                     } else {
                         run.state
                     };
-                    let verdict = result_verdict(state, run.attempt, settings, result, now);
+                    let verdict = if is_success(replies[index]) {
+                        after_success(state)
+                    } else {
+                        let settings = run
+                            .settings
+                            .as_ref()
+                            .expect("settings are read for every run a failure names");
+                        result_verdict(state, run.attempt, settings, result, now)
+                    };
                     match verdict {
                         ResultVerdict::Stale => {
                             plan.decided.push((index, (ReplyEffect::Stale, None)));
@@ -441,9 +450,11 @@ mod tests {
             vec![vec![0, 1, 2, 4], vec![5, 6, 3, 7]],
             "round k holds each task's k-th step, in task order"
         );
-        let (ids, result_ids) = round_ids(&refs, &[0, 1, 2, 4]);
+        let (ids, failure_ids) = round_ids(&refs, &[0, 1, 2, 4]);
         assert_eq!(ids, vec![task(1), task(2), task(3)]);
-        assert_eq!(result_ids, vec![task(1), task(3)]);
+        assert!(failure_ids.is_empty(), "successes need no settings");
+        let (_, failure_ids) = round_ids(&refs, &[5, 6, 3, 7]);
+        assert_eq!(failure_ids, vec![task(2)]);
     }
 
     #[test]

@@ -38,8 +38,8 @@ pub(super) async fn record_replies(
         .iter()
         .flat_map(|round| reply_plan::parts(batch, round, MAX_SET_ROWS))
     {
-        let (ids, result_ids) = reply_plan::round_ids(batch, round);
-        let facts = lock_runs(conn, &ids, &result_ids).await?;
+        let (ids, failure_ids) = reply_plan::round_ids(batch, round);
+        let facts = lock_runs(conn, &ids, &failure_ids).await?;
         let plan = reply_plan::plan_round(batch, round, &facts, now);
         write_acks(conn, &plan.acks).await?;
         write_successes(conn, &plan.successes).await?;
@@ -52,11 +52,11 @@ pub(super) async fn record_replies(
 }
 
 /// Locks the runs `ids` in id order (so collectors and the dispatcher's marker cannot
-/// deadlock) and reads them; the job settings only of `result_ids`.
+/// deadlock) and reads them; the job settings only of `failure_ids`.
 async fn lock_runs(
     conn: &mut PgConnection,
     ids: &[Uuid],
-    result_ids: &[Uuid],
+    failure_ids: &[Uuid],
 ) -> Result<HashMap<Uuid, RunFacts>, StoreError> {
     if ids.is_empty() {
         return Ok(HashMap::new());
@@ -68,7 +68,7 @@ async fn lock_runs(
          WHERE r.id = ANY($1) ORDER BY r.id FOR UPDATE OF r",
     )
     .bind(ids)
-    .bind(result_ids)
+    .bind(failure_ids)
     .fetch_all(&mut *conn)
     .await?;
     let mut facts = HashMap::with_capacity(rows.len());

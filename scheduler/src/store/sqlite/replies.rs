@@ -32,8 +32,8 @@ pub(super) async fn record_replies(
 ) -> Result<Vec<ReplyApplied>, StoreError> {
     let mut effects = Vec::with_capacity(batch.len());
     for round in reply_plan::rounds(batch) {
-        let (ids, result_ids) = reply_plan::round_ids(batch, &round);
-        let facts = read_runs(conn, &ids, &result_ids).await?;
+        let (ids, failure_ids) = reply_plan::round_ids(batch, &round);
+        let facts = read_runs(conn, &ids, &failure_ids).await?;
         let plan = reply_plan::plan_round(batch, &round, &facts, now);
         write_acks(conn, &plan.acks, now).await?;
         write_successes(conn, &plan.successes).await?;
@@ -46,13 +46,13 @@ pub(super) async fn record_replies(
 }
 
 /// Reads the runs `ids` (the write transaction already excludes other writers); the job
-/// settings only of `result_ids`. The runs come back as one JSON array in one row: sqlx
+/// settings only of `failure_ids`. The runs come back as one JSON array in one row: sqlx
 /// hands each row from its SQLite worker thread over a channel, a wake-up per row, which
 /// at a few thousand replies a second cost more than the query.
 async fn read_runs(
     conn: &mut SqliteConnection,
     ids: &[Uuid],
-    result_ids: &[Uuid],
+    failure_ids: &[Uuid],
 ) -> Result<HashMap<Uuid, RunFacts>, StoreError> {
     if ids.is_empty() {
         return Ok(HashMap::new());
@@ -65,7 +65,7 @@ async fn read_runs(
          WHERE r.id IN (SELECT value FROM json_each(?1))",
     )
     .bind(json!(ids).to_string())
-    .bind(json!(result_ids).to_string())
+    .bind(json!(failure_ids).to_string())
     .fetch_one(&mut *conn)
     .await?;
     let rows: Vec<(String, String, u32, String, Option<String>)> =
