@@ -198,12 +198,14 @@ impl Sizes {
 /// Runs the workloads named in `only` (all when empty) at `scale`; W1–W3 on each of
 /// `backends`, W4 and W5 on PostgreSQL.
 ///
-/// Non-empty `w2_rates` make W2 only a search over those rates (fires/s).
+/// Non-empty `w2_rates` make W2 only a search over those rates (fires/s), each run
+/// `w2_repeats` times.
 pub async fn run_all(
     scale: Scale,
     backends: &[Backend],
     only: &[String],
     w2_rates: &[usize],
+    w2_repeats: usize,
 ) -> anyhow::Result<report::Report> {
     let wanted = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
     let mut sizes = Sizes::of(scale);
@@ -249,8 +251,9 @@ pub async fn run_all(
             }
             let (rates, secs) = &sizes.steady_search;
             if !rates.is_empty() {
-                outcomes
-                    .extend(workloads::steady::search(backend, rates, *secs, broker_rate).await);
+                outcomes.extend(
+                    workloads::steady::search(backend, rates, *secs, w2_repeats, broker_rate).await,
+                );
             }
         }
         if wanted("W3") {

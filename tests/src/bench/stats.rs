@@ -39,6 +39,18 @@ impl Summary {
     }
 }
 
+/// The median of `values` (the mean of the middle two for an even count); `None` when
+/// there are none.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => None,
+        len if len % 2 == 1 => Some(values[mid]),
+        _ => Some((values[mid - 1] + values[mid]) / 2.0),
+    }
+}
+
 /// Nearest-rank percentile of ascending `sorted` (non-empty).
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;

@@ -36,6 +36,10 @@ struct Args {
     /// alone delivers within it. `--full` searches 2 000–10 000 after its 1 000/s run.
     #[arg(long, value_delimiter = ',')]
     w2_rates: Vec<usize>,
+    /// Runs of the W2 search at each rate; each rate is judged on the medians of its
+    /// runs (their p99s, the broker alone's too), so one stall of the box decides less.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    w2_repeats: u16,
     /// Where the JSON report goes (default: target/bench/chime-bench-<scale>.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -66,7 +70,14 @@ async fn main() -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?
     };
     let only: Vec<String> = args.only.iter().map(|w| w.to_uppercase()).collect();
-    let report = run_all(scale, &backends, &only, &args.w2_rates).await?;
+    let report = run_all(
+        scale,
+        &backends,
+        &only,
+        &args.w2_rates,
+        usize::from(args.w2_repeats),
+    )
+    .await?;
     println!("{}", report.render());
     let out = args.out.unwrap_or_else(|| {
         chime_tests::binaries::workspace_root()

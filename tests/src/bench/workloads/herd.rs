@@ -16,6 +16,7 @@ use crate::bench::{
     progress::Progress,
     report::Outcome,
     stage::{GROUP, Stage},
+    stats::median,
 };
 
 use super::{Shortfall, account_fires, bench_job, lateness, to_ms};
@@ -182,16 +183,6 @@ pub fn summarize(backend: Backend, n: usize, herds: &[Outcome]) -> Outcome {
         ),
     }
     summary
-}
-
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    match values.len() {
-        0 => None,
-        len if len % 2 == 1 => Some(values[mid]),
-        _ => Some((values[mid - 1] + values[mid]) / 2.0),
-    }
 }
 
 /// Waits (up to 30 s) until every run fired at `instant` is marked dispatched.
