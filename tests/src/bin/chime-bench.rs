@@ -36,8 +36,9 @@ struct Args {
     /// alone delivers within it. `--full` searches 2 000–10 000 after its 1 000/s run.
     #[arg(long, value_delimiter = ',')]
     w2_rates: Vec<usize>,
-    /// Runs of the W2 search at each rate; each rate is judged on the medians of its
-    /// runs (their p99s, the broker alone's too), so one stall of the box decides less.
+    /// Runs of W2 at each rate (the 1 000/s run and each rate of a search); a rate is
+    /// judged on the medians of its runs (their p99s, the broker alone's too), so one
+    /// stall of the box decides less.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     w2_repeats: u16,
     /// Where the JSON report goes (default: target/bench/chime-bench-<scale>.json).

@@ -130,6 +130,33 @@ pub async fn run(
     Ok(outcome)
 }
 
+/// The 10 ms target over `runs`, repeated runs of W2 at `m` (at most 1 000) fires/s on
+/// `backend`: judged on the median of their p99s, beside the broker alone's median.
+pub fn summarize(backend: Backend, m: usize, secs: u32, runs: &[Outcome]) -> Outcome {
+    let mut summary = Outcome::new(
+        "W2",
+        backend.as_str(),
+        json!({"jobs": m, "seconds": secs, "repeats": runs.len()}),
+    );
+    let steps: Vec<Step> = runs.iter().map(|run| Step::of(m, run)).collect();
+    let p99s: Vec<f64> = steps.iter().map(|step| step.chime_p99_ms).collect();
+    summary.metric("consume_p99_ms_per_run", &p99s);
+    let median_run = median_step(m, &steps);
+    summary.metric("consume_p99_ms_median", median_run.chime_p99_ms);
+    summary.metric("broker_alone_p99_ms_median", median_run.broker_p99_ms);
+    summary.check(
+        format!("median consume lateness p99 <= {TARGET_P99_AT_1000_MS} ms"),
+        format!(
+            "{:.1} ms over {} runs (the broker alone: {:.1} ms)",
+            median_run.chime_p99_ms,
+            runs.len(),
+            median_run.broker_p99_ms.unwrap_or(f64::NAN)
+        ),
+        median_run.chime_p99_ms <= TARGET_P99_AT_1000_MS,
+    );
+    summary
+}
+
 /// One step of the search: Chime and the broker alone at one rate.
 #[derive(Debug, Clone)]
 struct Step {
@@ -374,5 +401,31 @@ mod tests {
         let most = median_step(8000, &[runs[0].clone(), runs[0].clone(), runs[1].clone()]);
         assert!(most.kept_up);
         assert_eq!(most.chime_p99_ms, 400.0);
+    }
+
+    /// A W2 run's outcome as the harness reports it, with only the p99s set.
+    fn measured(chime: f64, broker: f64) -> Outcome {
+        let mut outcome = Outcome::new("W2", "postgres", json!({"jobs": 1000}));
+        outcome.metric("kept_up", true);
+        outcome.metric("consume_lateness_ms", json!({"p99_ms": chime}));
+        outcome.metric(
+            "latency_ceiling",
+            json!({"consume_lateness_ms": {"p99_ms": broker}}),
+        );
+        outcome
+    }
+
+    #[test]
+    fn repeated_runs_at_1000_per_second_are_judged_on_their_median_p99() {
+        let stalled = [measured(8.2, 3.1), measured(26.0, 3.8), measured(9.6, 4.4)];
+        let summary = summarize(Backend::Postgres, 1000, 20, &stalled);
+        assert_eq!(summary.metrics["consume_p99_ms_median"], 9.6);
+        assert_eq!(summary.metrics["broker_alone_p99_ms_median"], 3.8);
+        assert!(
+            summary.checks[0].met,
+            "one stalled run of three does not decide"
+        );
+        let slow = [measured(12.0, 3.1), measured(26.0, 3.8), measured(9.6, 4.4)];
+        assert!(!summarize(Backend::Postgres, 1000, 20, &slow).checks[0].met);
     }
 }
