@@ -31,6 +31,24 @@ fn job(name: &str) -> Job {
     )
 }
 
+/// Stores `name`'s job in `store` and leases its shard to node `a`.
+async fn a_job_leased_to_a(store: &PostgresStore, name: &str) -> (Job, u32, ShardToken) {
+    let job = job(name);
+    store.insert_job(&job).await.unwrap();
+    let shard = shard_of(job.id, store.shard_count());
+    let lease = store.acquire_leases("a", &[shard], 1, TTL).await.unwrap()[0].lease;
+    (job, shard, lease)
+}
+
+/// `node`'s fire guarded by `lease`, not armed ahead.
+fn fenced(node: &str, lease: ShardToken) -> Firing {
+    Firing {
+        node: node.into(),
+        fence: Some(vec![lease]),
+        ahead: chrono::Duration::zero(),
+    }
+}
+
 #[tokio::test]
 async fn the_first_node_fixes_the_shard_count() {
     let db = TestDatabase::postgres().await;
@@ -106,20 +124,13 @@ async fn an_expired_lease_is_taken_over_and_reported() {
 async fn a_fire_under_a_stale_token_writes_nothing() {
     let db = TestDatabase::postgres().await;
     let store = open(&db, 4).await;
-    let job = job("fenced");
-    store.insert_job(&job).await.unwrap();
-    let shard = shard_of(job.id, 4);
-    let lease = store.acquire_leases("a", &[shard], 1, TTL).await.unwrap()[0].lease;
+    let (job, shard, lease) = a_job_leased_to_a(&store, "fenced").await;
     let now = Utc::now();
 
     // The lease moved to b (a was away): a's fire with its old token is refused.
     store.release_leases("a", &[shard]).await.unwrap();
     store.acquire_leases("b", &[shard], 1, TTL).await.unwrap();
-    let stale = Firing {
-        node: "a".into(),
-        fence: Some(vec![lease]),
-        ahead: chrono::Duration::zero(),
-    };
+    let stale = fenced("a", lease);
     let batch = store
         .fire(&[job.id], now, Duration::seconds(5), &stale)
         .await
@@ -132,11 +143,7 @@ async fn a_fire_under_a_stale_token_writes_nothing() {
     // b's fire with the current token goes through.
     let current = store.lease_table().await.unwrap();
     assert_eq!(current[shard as usize].owner.as_deref(), Some("b"));
-    let fresh = Firing {
-        node: "b".into(),
-        fence: Some(vec![ShardToken::new(shard, lease.token + 1)]),
-        ahead: chrono::Duration::zero(),
-    };
+    let fresh = fenced("b", ShardToken::new(shard, lease.token + 1));
     let batch = store
         .fire(&[job.id], now, Duration::seconds(5), &fresh)
         .await
@@ -155,10 +162,7 @@ async fn a_fire_under_a_stale_token_writes_nothing() {
 async fn a_fire_in_flight_blocks_a_takeover_but_not_the_owners_renewal() {
     let db = TestDatabase::postgres().await;
     let store = open(&db, 4).await;
-    let job = job("in-flight");
-    store.insert_job(&job).await.unwrap();
-    let shard = shard_of(job.id, 4);
-    let lease = store.acquire_leases("a", &[shard], 1, TTL).await.unwrap()[0].lease;
+    let (job, shard, lease) = a_job_leased_to_a(&store, "in-flight").await;
 
     // Hold the job row, so a's fire proves its lease and then waits, its transaction open.
     let mut holder = PgConnection::connect(db.url()).await.unwrap();
@@ -168,11 +172,7 @@ async fn a_fire_in_flight_blocks_a_takeover_but_not_the_owners_renewal() {
         .execute(&mut *held)
         .await
         .unwrap();
-    let firing = Firing {
-        node: "a".into(),
-        fence: Some(vec![lease]),
-        ahead: chrono::Duration::zero(),
-    };
+    let firing = fenced("a", lease);
     let fire = tokio::spawn({
         let store = store.clone();
         let job_id = job.id;
@@ -243,11 +243,7 @@ async fn an_expired_lease_fences_even_its_owner() {
         .unwrap()[0]
         .lease;
     tokio::time::sleep(StdDuration::from_millis(300)).await;
-    let firing = Firing {
-        node: "a".into(),
-        fence: Some(vec![lease]),
-        ahead: chrono::Duration::zero(),
-    };
+    let firing = fenced("a", lease);
     let batch = store
         .fire(&[job.id], Utc::now(), Duration::seconds(5), &firing)
         .await
