@@ -280,7 +280,13 @@ async fn insert_runs(conn: &mut SqliteConnection, runs: &[Run]) -> Result<Vec<bo
         sqlx::query(concat!(
             "INSERT INTO runs (",
             run_columns!(),
-            ") SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, value ->> 12, value ->> 13, value ->> 14, value ->> 15, value ->> 16, value ->> 17, value ->> 18, value ->> 19, value ->> 20, value ->> 21, value ->> 22, value ->> 23, value ->> 24, value ->> 25 FROM json_each(?) WHERE true ON CONFLICT (id) DO NOTHING"
+            ") SELECT \
+             value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
+             value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, \
+             value ->> 12, value ->> 13, value ->> 14, value ->> 15, value ->> 16, value ->> 17, \
+             value ->> 18, value ->> 19, value ->> 20, value ->> 21, value ->> 22, value ->> 23, \
+             value ->> 24, value ->> 25 \
+             FROM json_each(?) WHERE true ON CONFLICT (id) DO NOTHING"
         ))
         .bind(Value::Array(new).to_string())
         .execute(&mut *conn)
