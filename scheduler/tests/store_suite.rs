@@ -17,8 +17,8 @@ use chime_scheduler::{
     },
     retention::{PruneOutcome, Pruner, RetentionSettings},
     store::{
-        Expect, Firing, JobPage, NextAttempt, Replay, ReplyEffect, RunPage, Store, StoreError,
-        live_since,
+        DueCursor, Expect, Firing, JobPage, NextAttempt, Replay, ReplyEffect, RunPage, Store,
+        StoreError, live_since,
     },
 };
 use chrono::{DateTime, Duration, Utc};
@@ -215,22 +215,101 @@ async fn due_jobs_pages_by_time_and_skips_paused(store: &dyn Store) {
         store.insert_job(job).await.unwrap();
     }
     let horizon = now + Duration::seconds(10);
-    let start = (t("1970-01-01T00:00:00Z"), Uuid::nil());
-    let due = store.due_jobs(start, horizon, 10, None).await.unwrap();
-    assert_eq!(
-        due,
-        vec![
-            (a.id, now + Duration::seconds(1)),
-            (b.id, now + Duration::seconds(2))
-        ]
-    );
-    let page = store.due_jobs(start, horizon, 1, None).await.unwrap();
-    assert_eq!(page, vec![(a.id, now + Duration::seconds(1))]);
-    let next = store
-        .due_jobs((page[0].1, page[0].0), horizon, 1, None)
+    let due = store
+        .due_jobs(DueCursor::START, horizon, 10, None)
         .await
         .unwrap();
-    assert_eq!(next, vec![(b.id, now + Duration::seconds(2))]);
+    assert_eq!(
+        sorted(due.jobs),
+        sorted(vec![
+            (a.id, now + Duration::seconds(1)),
+            (b.id, now + Duration::seconds(2))
+        ])
+    );
+    assert_eq!(due.next, None, "a short page is the last");
+    assert_eq!(all_due(store, horizon, 1).await, due_jobs_sorted(&[&a, &b]));
+}
+
+/// Every job `due_jobs` returns before `horizon`, reading pages of `limit`; each job once.
+async fn all_due(
+    store: &dyn Store,
+    horizon: DateTime<Utc>,
+    limit: u32,
+) -> Vec<(Uuid, DateTime<Utc>)> {
+    let mut cursor = DueCursor::START;
+    let mut all = Vec::new();
+    loop {
+        let page = store.due_jobs(cursor, horizon, limit, None).await.unwrap();
+        assert!(page.jobs.len() <= limit as usize);
+        all.extend(page.jobs);
+        match page.next {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    let count = all.len();
+    let all = sorted(all);
+    let mut unique = all.clone();
+    unique.dedup_by_key(|(id, _)| *id);
+    assert_eq!(unique.len(), count, "a job came twice");
+    all
+}
+
+fn sorted(mut jobs: Vec<(Uuid, DateTime<Utc>)>) -> Vec<(Uuid, DateTime<Utc>)> {
+    jobs.sort();
+    jobs
+}
+
+fn due_jobs_sorted(jobs: &[&Job]) -> Vec<(Uuid, DateTime<Utc>)> {
+    sorted(
+        jobs.iter()
+            .map(|job| (job.id, job.next_fire_at.unwrap()))
+            .collect(),
+    )
+}
+
+/// Fires move a job's next fire time; the look-ahead query follows it exactly, whatever
+/// order the store's index keeps (PostgreSQL's `due_bound` lags behind fires), and pages
+/// through it without losing or repeating a job.
+async fn due_jobs_follow_fires(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    // First fires: `a` at +1 s, `b` at +5 s. After one fire each, `b` is next at +15 s
+    // and `a` at +51 s: the order of their next fires is the reverse of the first ones.
+    let a = Job::new(
+        spec("a", json!({"every": "50s"})),
+        now - Duration::seconds(49),
+    );
+    let b = Job::new(
+        spec("b", json!({"every": "10s"})),
+        now - Duration::seconds(5),
+    );
+    for job in [&a, &b] {
+        store.insert_job(job).await.unwrap();
+    }
+    for job in [&a, &b] {
+        let at = job.next_fire_at.unwrap();
+        let batch = store.fire(&[job.id], at, GRACE, &firing()).await.unwrap();
+        assert_eq!(batch.recorded.len(), 1, "{} fired", job.spec.name);
+    }
+    let a_next = (a.id, now + Duration::seconds(51));
+    let b_next = (b.id, now + Duration::seconds(15));
+    for limit in [1, 2, 10] {
+        assert_eq!(
+            all_due(store, now + Duration::seconds(60), limit).await,
+            sorted(vec![a_next, b_next]),
+            "pages of {limit}"
+        );
+    }
+    // `a`'s first fire time is inside this window but its next fire is not.
+    assert_eq!(
+        all_due(store, now + Duration::seconds(35), 1).await,
+        vec![b_next]
+    );
+    assert!(
+        all_due(store, now + Duration::seconds(10), 1)
+            .await
+            .is_empty()
+    );
 }
 
 async fn fire_records_each_fire_once(store: &dyn Store) {
@@ -435,6 +514,11 @@ async fn a_change_withdraws_armed_fires(store: &dyn Store) {
     let updated = job.updated(changed, now + Duration::milliseconds(1700));
     let stored = store.update_job(&updated, 1, false).await.unwrap();
     assert_eq!(stored.next_fire_at, Some(now + Duration::seconds(2)));
+    assert_eq!(
+        all_due(store, now + Duration::seconds(3), 10).await,
+        vec![(job.id, now + Duration::seconds(2))],
+        "the look-ahead query finds the moved-back fire"
+    );
     assert!(
         store.get_run(ids[0]).await.unwrap().is_some(),
         "already due: kept"
@@ -474,6 +558,7 @@ async fn a_change_withdraws_armed_fires(store: &dyn Store) {
         .await
         .unwrap();
     assert!(nothing.recorded.is_empty());
+    assert!(all_due(store, now + Duration::seconds(10), 10).await.is_empty());
 }
 
 async fn concurrent_fires_of_one_job_record_it_once(store: Arc<dyn Store>) {
@@ -1225,23 +1310,23 @@ async fn queries_filter_by_shard(store: &dyn Store) {
     store.insert_job(&job).await.unwrap();
     let shard = shard_of(job.id, DEFAULT_SHARD_COUNT);
     let other = (shard + 1) % DEFAULT_SHARD_COUNT;
-    let start = (DateTime::<Utc>::UNIX_EPOCH, Uuid::nil());
     let horizon = now + Duration::seconds(10);
     let mine = store
-        .due_jobs(start, horizon, 10, Some(&[shard]))
+        .due_jobs(DueCursor::START, horizon, 10, Some(&[shard]))
         .await
         .unwrap();
-    assert_eq!(mine.len(), 1);
+    assert_eq!(mine.jobs.len(), 1);
     let theirs = store
-        .due_jobs(start, horizon, 10, Some(&[other]))
+        .due_jobs(DueCursor::START, horizon, 10, Some(&[other]))
         .await
         .unwrap();
-    assert!(theirs.is_empty());
+    assert!(theirs.jobs.is_empty());
     assert!(
         store
-            .due_jobs(start, horizon, 10, Some(&[]))
+            .due_jobs(DueCursor::START, horizon, 10, Some(&[]))
             .await
             .unwrap()
+            .jobs
             .is_empty()
     );
 
@@ -2027,6 +2112,7 @@ store_suite!(
         update_keeps_next_fire_a_fire_advanced,
         delete_removes_job_and_runs,
         due_jobs_pages_by_time_and_skips_paused,
+        due_jobs_follow_fires,
         fire_records_each_fire_once,
         fire_skips_a_run_already_recorded_and_records_the_rest,
         armed_fires_are_recorded_ahead_and_due_at_their_time,

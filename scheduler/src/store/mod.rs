@@ -137,6 +137,40 @@ pub struct RunPage {
     pub limit: u32,
 }
 
+/// Where a page of the timer's look-ahead query resumes: an opaque position in the
+/// store's index order, which need not be next-fire order (see the PostgreSQL store's
+/// `due_bound`). [`DueCursor::START`] reads from the beginning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueCursor(pub DateTime<Utc>, pub Uuid);
+
+impl DueCursor {
+    pub const START: Self = Self(DateTime::<Utc>::UNIX_EPOCH, Uuid::nil());
+}
+
+/// One page of [`Store::due_jobs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuePage {
+    /// Jobs and their next fire times, in no promised order.
+    pub jobs: Vec<(Uuid, DateTime<Utc>)>,
+    /// Where the next page starts; `None` when this page was the last.
+    pub next: Option<DueCursor>,
+}
+
+impl DuePage {
+    /// A page of at most `limit` rows, each with its cursor position: full pages go on
+    /// after their last row.
+    fn of(rows: Vec<(Uuid, DateTime<Utc>, DueCursor)>, limit: u32) -> Self {
+        let next = rows
+            .last()
+            .filter(|_| rows.len() >= limit as usize)
+            .map(|(_, _, cursor)| *cursor);
+        Self {
+            jobs: rows.into_iter().map(|(id, at, _)| (id, at)).collect(),
+            next,
+        }
+    }
+}
+
 /// A shard and the fencing token its lease was granted with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ShardToken {
@@ -328,16 +362,16 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a job and its runs; false if it did not exist.
     async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError>;
 
-    /// Active jobs with a next fire time in `(after, before)` in (time, id) order — the
-    /// timer's look-ahead query; `after` is a cursor that starts at (earliest, nil).
+    /// Active jobs with a next fire time before `before`, at most `limit` of them from
+    /// `after` on — the timer's look-ahead query, paged through [`DuePage::next`].
     /// `shards` limits it to jobs of those shards (`None`: every shard).
     async fn due_jobs(
         &self,
-        after: (DateTime<Utc>, Uuid),
+        after: DueCursor,
         before: DateTime<Utc>,
         limit: u32,
         shards: Option<&[u32]>,
-    ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError>;
+    ) -> Result<DuePage, StoreError>;
 
     /// In one transaction: checks `firing`'s fence, locks the given jobs, records the
     /// runs due at `now` (see [`Job::fires_due`]; a run id already recorded is skipped;

@@ -41,7 +41,7 @@ use crate::{
     cluster::{Leases, Ownership},
     dispatch::DispatchHandle,
     domain::Job,
-    store::{Firing, Store, StoreError},
+    store::{DueCursor, Firing, Store, StoreError},
     telemetry,
 };
 pub use queue::TimerQueue;
@@ -310,7 +310,7 @@ impl Timer {
     /// Loads every active job whose next fire time falls before `now + lookahead`.
     pub async fn refill(&mut self, now: DateTime<Utc>) -> Result<(), StoreError> {
         let new_horizon = now + self.lookahead;
-        let mut cursor = (DateTime::<Utc>::UNIX_EPOCH, Uuid::nil());
+        let mut cursor = DueCursor::START;
         let shards = self.ownership.shard_filter();
         if shards.as_ref().is_some_and(Vec::is_empty) {
             self.horizon = Some(new_horizon);
@@ -321,12 +321,12 @@ impl Timer {
                 .store
                 .due_jobs(cursor, new_horizon, REFILL_PAGE, shards.as_deref())
                 .await?;
-            for (job, at) in &page {
+            for (job, at) in &page.jobs {
                 self.queue.set(*job, Some(arm_time(*at, self.ahead, true)));
             }
-            match page.last() {
-                Some((job, at)) if page.len() == REFILL_PAGE as usize => cursor = (*at, *job),
-                _ => break,
+            match page.next {
+                Some(next) => cursor = next,
+                None => break,
             }
         }
         self.horizon = Some(new_horizon.max(self.horizon.unwrap_or(new_horizon)));

@@ -88,9 +88,9 @@ impl BenchDb {
                 Self::Postgres(pool) => {
                     sqlx::query(
                         "INSERT INTO jobs (id, app, name, settings, paused, version, next_fire_at,
-                                           created_at, updated_at, shard)
+                                           created_at, updated_at, shard, due_bound)
                          SELECT u.id, t.app, u.name, $5::jsonb, false, 1, u.next, t.created_at,
-                                t.updated_at, u.shard
+                                t.updated_at, u.shard, u.next
                          FROM jobs t, UNNEST($1::uuid[], $2::text[], $3::timestamptz[], $4::int4[])
                               AS u(id, name, next, shard)
                          WHERE t.id = $6",
@@ -137,11 +137,13 @@ impl BenchDb {
         let settings = settings.to_string();
         match self {
             Self::Postgres(pool) => {
-                sqlx::query("UPDATE jobs SET settings = $1::jsonb, next_fire_at = $2")
-                    .bind(settings)
-                    .bind(at)
-                    .execute(pool)
-                    .await?;
+                sqlx::query(
+                    "UPDATE jobs SET settings = $1::jsonb, next_fire_at = $2, due_bound = $2",
+                )
+                .bind(settings)
+                .bind(at)
+                .execute(pool)
+                .await?;
             }
             Self::Sqlite(pool) => {
                 sqlx::query("UPDATE jobs SET settings = ?1, next_fire_at = ?2")

@@ -21,9 +21,9 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied, RunChange, RunPage,
-    Store, StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones,
-    plan_batch, with_jobs,
+    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
+    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, job_write_error, live_since,
+    needs_live_zones, plan_batch, with_jobs,
 };
 use crate::cluster::shard_of;
 use crate::domain::broadcast::InstanceReceipt;
@@ -49,6 +49,13 @@ macro_rules! prune_runs {
         )
     };
 }
+
+/// How far a job's next fire may run past its `due_bound` (the timer index's key)
+/// before a fire moves the bound up to it. Until then fires change no indexed column and
+/// are HOT updates; an every-second job moves its bound once a minute. In exchange the
+/// look-ahead query also reads the jobs whose bound is in its window but whose next fire
+/// is up to this much later.
+const DUE_BOUND_SLACK: Duration = Duration::seconds(60);
 
 /// Healthy transactions here never wait between statements; this bounds how long a
 /// stalled node can block a takeover of its shards.
@@ -386,7 +393,7 @@ impl Store for PostgresStore {
         let result = sqlx::query(concat!(
             "INSERT INTO jobs (",
             job_columns!(),
-            ", shard) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            ", shard, due_bound) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $7)"
         ))
         .bind(job.id)
         .bind(&job.spec.app)
@@ -444,7 +451,8 @@ impl Store for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let updated = sqlx::query(concat!(
             "UPDATE jobs SET app = $1, name = $2, settings = $3, paused = $4, version = $5,
-                 next_fire_at = CASE WHEN $6 THEN $7 ELSE next_fire_at END, updated_at = $8
+                 next_fire_at = CASE WHEN $6 THEN $7 ELSE next_fire_at END,
+                 due_bound = CASE WHEN $6 THEN $7 ELSE due_bound END, updated_at = $8
              WHERE id = $9 AND version = $10 RETURNING ",
             job_columns!()
         ))
@@ -475,7 +483,8 @@ impl Store for PostgresStore {
                     // Armed again from the new definition when it comes due.
                     Some(earliest) => {
                         sqlx::query(concat!(
-                            "UPDATE jobs SET next_fire_at = LEAST(next_fire_at, $2)
+                            "UPDATE jobs SET next_fire_at = LEAST(next_fire_at, $2),
+                                 due_bound = LEAST(due_bound, $2)
                              WHERE id = $1 RETURNING ",
                             job_columns!()
                         ))
@@ -521,17 +530,19 @@ impl Store for PostgresStore {
 
     async fn due_jobs(
         &self,
-        after: (DateTime<Utc>, Uuid),
+        after: DueCursor,
         before: DateTime<Utc>,
         limit: u32,
         shards: Option<&[u32]>,
-    ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
+    ) -> Result<DuePage, StoreError> {
+        // Pages follow the index (`due_bound`, id); a job whose bound is inside the window
+        // but whose next fire is not is read and left out.
         let rows = sqlx::query(
-            "SELECT id, next_fire_at FROM jobs
-             WHERE NOT paused AND next_fire_at IS NOT NULL
-               AND (next_fire_at, id) > ($1, $2) AND next_fire_at < $3
+            "SELECT id, next_fire_at, due_bound FROM jobs
+             WHERE NOT paused AND due_bound IS NOT NULL
+               AND (due_bound, id) > ($1, $2) AND due_bound < $3 AND next_fire_at < $3
                AND ($5::int[] IS NULL OR shard = ANY($5))
-             ORDER BY next_fire_at, id LIMIT $4",
+             ORDER BY due_bound, id LIMIT $4",
         )
         .bind(after.0)
         .bind(after.1)
@@ -540,9 +551,18 @@ impl Store for PostgresStore {
         .bind(shard_array(shards))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| Ok((row.try_get("id")?, row.try_get("next_fire_at")?)))
-            .collect()
+        let rows = rows
+            .iter()
+            .map(|row| {
+                let id = row.try_get("id")?;
+                Ok((
+                    id,
+                    row.try_get("next_fire_at")?,
+                    DueCursor(row.try_get("due_bound")?, id),
+                ))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(DuePage::of(rows, limit))
     }
 
     async fn fire(
@@ -614,13 +634,18 @@ impl Store for PostgresStore {
         if !plan.advance.is_empty() {
             let (ids, nexts): (Vec<Uuid>, Vec<Option<DateTime<Utc>>>) =
                 plan.advance.into_iter().unzip();
+            // The bound stays unless the next fire runs past its slack, so most fires change
+            // no indexed column and PostgreSQL updates the job in place.
             sqlx::query(
-                "UPDATE jobs SET next_fire_at = u.next
+                "UPDATE jobs SET next_fire_at = u.next,
+                     due_bound = CASE WHEN u.next >= due_bound AND u.next < due_bound + $3
+                                      THEN due_bound ELSE u.next END
                  FROM UNNEST($1::uuid[], $2::timestamptz[]) AS u(id, next)
                  WHERE jobs.id = u.id",
             )
             .bind(ids)
             .bind(nexts)
+            .bind(DUE_BOUND_SLACK)
             .execute(&mut *tx)
             .await?;
         }

@@ -21,9 +21,9 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
-    Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied, RunChange, RunPage,
-    Store, StoreError, corrupt, decode_jobs, job_write_error, live_since, needs_live_zones,
-    plan_batch, with_jobs,
+    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
+    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, job_write_error, live_since,
+    needs_live_zones, plan_batch, with_jobs,
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{
@@ -516,11 +516,11 @@ impl Store for SqliteStore {
 
     async fn due_jobs(
         &self,
-        after: (DateTime<Utc>, Uuid),
+        after: DueCursor,
         before: DateTime<Utc>,
         limit: u32,
         shards: Option<&[u32]>,
-    ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
+    ) -> Result<DuePage, StoreError> {
         let rows = sqlx::query(
             "SELECT id, next_fire_at FROM jobs
              WHERE paused = 0 AND next_fire_at IS NOT NULL
@@ -535,15 +535,16 @@ impl Store for SqliteStore {
         .bind(shard_list(shards))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
+        let rows = rows
+            .iter()
             .map(|row| {
                 let id: String = row.try_get("id")?;
-                Ok((
-                    uuid("job", &id)?,
-                    instant("job", row.try_get("next_fire_at")?)?,
-                ))
+                let id = uuid("job", &id)?;
+                let at = instant("job", row.try_get("next_fire_at")?)?;
+                Ok((id, at, DueCursor(at, id)))
             })
-            .collect()
+            .collect::<Result<_, StoreError>>()?;
+        Ok(DuePage::of(rows, limit))
     }
 
     async fn fire(
