@@ -558,7 +558,11 @@ async fn a_change_withdraws_armed_fires(store: &dyn Store) {
         .await
         .unwrap();
     assert!(nothing.recorded.is_empty());
-    assert!(all_due(store, now + Duration::seconds(10), 10).await.is_empty());
+    assert!(
+        all_due(store, now + Duration::seconds(10), 10)
+            .await
+            .is_empty()
+    );
 }
 
 async fn concurrent_fires_of_one_job_record_it_once(store: Arc<dyn Store>) {
