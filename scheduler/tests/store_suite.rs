@@ -219,15 +219,13 @@ async fn due_jobs_pages_by_time_and_skips_paused(store: &dyn Store) {
         .due_jobs(DueCursor::START, horizon, 10, None)
         .await
         .unwrap();
-    assert_eq!(
-        sorted(due.jobs),
-        sorted(vec![
-            (a.id, now + Duration::seconds(1)),
-            (b.id, now + Duration::seconds(2))
-        ])
-    );
+    let expected = sorted(vec![
+        (a.id, now + Duration::seconds(1)),
+        (b.id, now + Duration::seconds(2)),
+    ]);
+    assert_eq!(sorted(due.jobs), expected);
     assert_eq!(due.next, None, "a short page is the last");
-    assert_eq!(all_due(store, horizon, 1).await, due_jobs_sorted(&[&a, &b]));
+    assert_eq!(all_due(store, horizon, 1).await, expected);
 }
 
 /// Every job `due_jobs` returns before `horizon`, reading pages of `limit`; each job once.
@@ -258,14 +256,6 @@ async fn all_due(
 fn sorted(mut jobs: Vec<(Uuid, DateTime<Utc>)>) -> Vec<(Uuid, DateTime<Utc>)> {
     jobs.sort();
     jobs
-}
-
-fn due_jobs_sorted(jobs: &[&Job]) -> Vec<(Uuid, DateTime<Utc>)> {
-    sorted(
-        jobs.iter()
-            .map(|job| (job.id, job.next_fire_at.unwrap()))
-            .collect(),
-    )
 }
 
 /// Fires move a job's next fire time; the look-ahead query follows it exactly, whatever
