@@ -13,6 +13,7 @@
 pub mod ceiling;
 pub mod consumer_metrics;
 pub mod db;
+pub mod disk;
 pub mod machine;
 pub mod paced;
 pub mod probe;
@@ -185,7 +186,7 @@ impl Sizes {
                 herd: vec![10_000, 100_000],
                 herd_repeats: 3,
                 steady: vec![(1_000, 60)],
-                steady_search: (vec![2_000, 3_000, 4_000, 6_000, 8_000, 10_000], 30),
+                steady_search: (vec![2_000, 3_000, 4_000, 6_000, 8_000, 10_000], 60),
                 idle: (1_000_000, 100, 30),
                 failover: (1_000, 15, 30),
                 reconcile: (10_000, 1_000_000),
@@ -195,24 +196,39 @@ impl Sizes {
     }
 }
 
+/// How W2 runs, beyond its scale's sizes.
+#[derive(Debug, Clone, Default)]
+pub struct SteadyChoice {
+    /// Non-empty: W2 is only a search over these rates (fires/s).
+    pub rates: Vec<usize>,
+    /// Runs of every W2 rate; repeated runs at 1 000 fires/s are judged on their median.
+    pub repeats: usize,
+    /// Seconds of every W2 window (and of its latency ceiling), instead of the scale's.
+    pub seconds: Option<u32>,
+}
+
 /// Runs the workloads named in `only` (all when empty) at `scale`; W1–W3 on each of
 /// `backends`, W4 and W5 on PostgreSQL.
-///
-/// Non-empty `w2_rates` make W2 only a search over those rates (fires/s). Every W2 rate
-/// runs `w2_repeats` times; repeated runs at 1 000 fires/s are judged on their median.
 pub async fn run_all(
     scale: Scale,
     backends: &[Backend],
     only: &[String],
-    w2_rates: &[usize],
-    w2_repeats: usize,
+    steady: &SteadyChoice,
 ) -> anyhow::Result<report::Report> {
     let wanted = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
+    let w2_repeats = steady.repeats;
     let mut sizes = Sizes::of(scale);
-    if !w2_rates.is_empty() {
+    if !steady.rates.is_empty() {
         sizes.steady.clear();
-        sizes.steady_search.0 = w2_rates.to_vec();
+        sizes.steady_search.0 = steady.rates.clone();
         sizes.steady_search.0.sort_unstable();
+    }
+    if let Some(seconds) = steady.seconds {
+        sizes
+            .steady
+            .iter_mut()
+            .for_each(|(_, secs)| *secs = seconds);
+        sizes.steady_search.1 = seconds;
     }
     let postgres = std::env::var(chime_scheduler::store::testing::POSTGRES_URL_ENV)
         .unwrap_or_else(|_| chime_scheduler::store::testing::DEFAULT_POSTGRES_URL.into());

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::{
     ceiling::{Lane, confirm},
+    disk::{DiskStalls, DiskWatch},
     progress::Progress,
     stats::Summary,
 };
@@ -30,6 +31,8 @@ pub struct PacedCeiling {
     pub publish_lateness_ms: Option<Summary>,
     /// When each message reached the consumer − its scheduled send time, ms.
     pub consume_lateness_ms: Option<Summary>,
+    /// The disk's stalls while it ran.
+    pub disk_stalls: DiskStalls,
 }
 
 /// Sends `rate` messages per second of `body_bytes` (at least 8) for `secs` seconds
@@ -45,6 +48,7 @@ pub async fn measure(
     let lane = Lane::open(amqp_url, "paced").await?;
     let mut deliveries = lane.deliveries();
     let start = Instant::now() + Duration::from_millis(100);
+    let disk = DiskWatch::start();
     let scheduled = move |i: u64| start + Duration::from_secs_f64(i as f64 / rate as f64);
     let consuming = tokio::spawn(async move {
         let mut lateness = Vec::with_capacity(n);
@@ -89,6 +93,7 @@ pub async fn measure(
     let consume_lateness = tokio::time::timeout(Duration::from_secs(120), consuming)
         .await
         .map_err(|_| anyhow::anyhow!("the paced consumer took over 2 minutes to drain"))???;
+    let disk_stalls = disk.finish();
     lane.close().await?;
     let result = PacedCeiling {
         rate,
@@ -96,10 +101,12 @@ pub async fn measure(
         body_bytes: body.len(),
         publish_lateness_ms: Summary::of(&publish_lateness),
         consume_lateness_ms: Summary::of(&consume_lateness),
+        disk_stalls,
     };
     progress.say(&format!(
-        "consume lateness p50 / p99 / max {} ms",
-        Summary::cell(result.consume_lateness_ms.as_ref())
+        "consume lateness p50 / p99 / max {} ms; {}",
+        Summary::cell(result.consume_lateness_ms.as_ref()),
+        result.disk_stalls
     ));
     Ok(result)
 }

@@ -172,6 +172,26 @@ impl Probe {
     }
 }
 
+/// Writes `receipts` as CSV, one task per line in fire order: its fire time (ms since the
+/// Unix epoch), then its publish and consume lateness (ms), so stalls can be seen in time.
+pub fn write_timeline(path: &std::path::Path, receipts: &[Receipt]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut sorted = receipts.to_vec();
+    sorted.sort_by_key(|r| r.fire_time);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(out, "fire_time_ms,publish_lateness_ms,consume_lateness_ms")?;
+    for r in &sorted {
+        writeln!(
+            out,
+            "{},{:.3},{:.3}",
+            r.fire_time.timestamp_millis(),
+            r.publish_lateness_ms(),
+            r.consume_lateness_ms()
+        )?;
+    }
+    out.flush()
+}
+
 /// Handler runs per task id beyond the first (duplicates the consumer let through).
 pub fn duplicate_runs(receipts: &[Receipt]) -> usize {
     let mut per_task: HashMap<Uuid, usize> = HashMap::new();

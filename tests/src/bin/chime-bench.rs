@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 
-use chime_tests::bench::{Backend, Scale, run_all};
+use chime_tests::bench::{Backend, Scale, SteadyChoice, run_all};
 
 /// Benchmarks chimed (W1 herd, W2 steady, W3 idle scale, W4 failover, W5 reconcile)
 /// against a plain lapin publisher/consumer measured in the same run.
@@ -41,6 +41,11 @@ struct Args {
     /// stall of the box decides less.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     w2_repeats: u16,
+    /// Seconds of every W2 window and of the broker alone's beside it (default: 20, and
+    /// with `--full` 60 at 1 000 fires/s and 30 for each rate of the search). A longer
+    /// window is decided less by a single stall of the disk.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    w2_seconds: Option<u32>,
     /// Where the JSON report goes (default: target/bench/chime-bench-<scale>.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -71,14 +76,12 @@ async fn main() -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?
     };
     let only: Vec<String> = args.only.iter().map(|w| w.to_uppercase()).collect();
-    let report = run_all(
-        scale,
-        &backends,
-        &only,
-        &args.w2_rates,
-        usize::from(args.w2_repeats),
-    )
-    .await?;
+    let steady = SteadyChoice {
+        rates: args.w2_rates,
+        repeats: usize::from(args.w2_repeats),
+        seconds: args.w2_seconds,
+    };
+    let report = run_all(scale, &backends, &only, &steady).await?;
     println!("{}", report.render());
     let out = args.out.unwrap_or_else(|| {
         chime_tests::binaries::workspace_root()

@@ -9,8 +9,10 @@ use chrono::Utc;
 use serde_json::json;
 
 use crate::bench::{
-    Backend, bounded, paced,
-    probe::Probe,
+    Backend, bounded,
+    disk::DiskWatch,
+    paced,
+    probe::{self, Probe},
     process::{MachineCpu, ProcessSample},
     progress::Progress,
     report::Outcome,
@@ -20,8 +22,6 @@ use crate::bench::{
 
 use super::{Shortfall, account_fires, bench_job, lateness, to_ms};
 
-/// Longest the latency ceiling runs (its p99 settles well within this).
-const CEILING_SECS: u32 = 20;
 /// Warm-up after start before the measured window (start-up catch-up fires excluded).
 const WARM_UP: chrono::Duration = chrono::Duration::seconds(3);
 /// A rate is kept up with when every fire of the window is recorded and consumed and the
@@ -64,12 +64,15 @@ pub async fn run(
     let before = ProcessSample::read(pid);
     let machine_before = (MachineCpu::read(), std::time::Instant::now());
     let commits_before = stage.db.commits().await?;
+    let disk = DiskWatch::start();
     while Utc::now() < end {
         let left = (end - Utc::now()).num_seconds();
         progress.show(|| format!("{left} s left, {} tasks consumed", probe.count()));
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let after = ProcessSample::read(pid);
+    let disk_stalls = disk.finish();
+    progress.say(&format!("window over; {disk_stalls}"));
     let machine_cpu =
         MachineCpu::read().since(&machine_before.0, machine_before.1.elapsed().as_secs_f64());
     let commits_after = stage.db.commits().await?;
@@ -94,12 +97,22 @@ pub async fn run(
         .filter(|r| r.fire_time >= start && r.fire_time < end)
         .collect();
     let (_, consume) = lateness(&mut outcome, &window);
+    if let Some(dir) = std::env::var_os("CHIME_BENCH_TIMELINE_DIR") {
+        let path = std::path::Path::new(&dir).join(format!(
+            "w2-{}-{m}-{}.csv",
+            backend.as_str(),
+            start.timestamp()
+        ));
+        probe::write_timeline(&path, &window)?;
+        eprintln!("W2 timeline written to {}", path.display());
+    }
     let cpu_s = after.cpu_s - before.cpu_s;
     outcome.metric("fires_per_s", m);
     outcome.metric("rate_vs_ceiling", m as f64 / broker_rate);
     outcome.metric("chimed_cpu_s", cpu_s);
     outcome.metric("chimed_cpu_pct", 100.0 * cpu_s / f64::from(secs));
     outcome.metric("cpu_pct_by_program", &machine_cpu);
+    outcome.metric("disk_stalls", disk_stalls);
     outcome.metric("chimed_peak_rss_mib", after.peak_rss_mib);
     if let (Some(before), Some(after)) = (commits_before, commits_after) {
         outcome.metric(
@@ -109,8 +122,8 @@ pub async fn run(
     }
     // The broker alone at the same rate, right after: the lateness no scheduler on this
     // machine could beat.
-    let ceiling =
-        paced::measure(&stage.vhost.amqp_url(), m, secs.min(CEILING_SECS), body_len).await?;
+    // It runs as long as Chime's window did, so both are as exposed to the disk's stalls.
+    let ceiling = paced::measure(&stage.vhost.amqp_url(), m, secs, body_len).await?;
     outcome.metric("latency_ceiling", ceiling);
     let p99 = consume.map_or(f64::INFINITY, |s| s.p99_ms);
     if let Some(broker) = ceiling.consume_lateness_ms {
@@ -164,6 +177,8 @@ struct Step {
     kept_up: bool,
     chime_p99_ms: f64,
     broker_p99_ms: Option<f64>,
+    /// The longest disk stall in Chime's windows and in the broker alone's, ms.
+    longest_disk_stall_ms: (f64, f64),
 }
 
 /// Looks for the highest rate the box sustains: runs W2 `repeats` times at each of
@@ -224,6 +239,10 @@ impl Step {
             kept_up: outcome.metrics.get("kept_up").and_then(|v| v.as_bool()) == Some(true),
             chime_p99_ms: ms("consume_lateness_ms", "/p99_ms").unwrap_or(f64::INFINITY),
             broker_p99_ms: ms("latency_ceiling", "/consume_lateness_ms/p99_ms"),
+            longest_disk_stall_ms: (
+                ms("disk_stalls", "/longest_ms").unwrap_or(0.0),
+                ms("latency_ceiling", "/disk_stalls/longest_ms").unwrap_or(0.0),
+            ),
         }
     }
 }
@@ -237,6 +256,12 @@ fn median_step(rate: usize, runs: &[Step]) -> Step {
         chime_p99_ms: median(runs.iter().map(|run| run.chime_p99_ms).collect())
             .unwrap_or(f64::INFINITY),
         broker_p99_ms: median(runs.iter().filter_map(|run| run.broker_p99_ms).collect()),
+        longest_disk_stall_ms: runs.iter().fold((0.0, 0.0), |(chime, broker), run| {
+            (
+                f64::max(chime, run.longest_disk_stall_ms.0),
+                f64::max(broker, run.longest_disk_stall_ms.1),
+            )
+        }),
     }
 }
 
@@ -285,6 +310,10 @@ fn search_summary(
             summary.metric("highest_rate_box_sustains", step.rate);
             summary.metric("consume_p99_ms_at_box_limit", step.chime_p99_ms);
             summary.metric("broker_alone_p99_ms_at_box_limit", step.broker_p99_ms);
+            summary.metric(
+                "longest_disk_stall_ms_at_box_limit",
+                json!({"chime": step.longest_disk_stall_ms.0, "broker_alone": step.longest_disk_stall_ms.1}),
+            );
             // Whether the box's limit lies beyond the search: the broker was within the
             // target at every rate searched.
             summary.metric(
@@ -296,10 +325,13 @@ fn search_summary(
                     "consume lateness p99 <= {TARGET_P99_AT_HIGHEST_MS} ms at the highest rate the box sustains within it"
                 ),
                 format!(
-                    "{:.1} ms at {}/s (the broker alone: {:.1} ms)",
+                    "{:.1} ms at {}/s (the broker alone: {:.1} ms; longest disk stall in \
+                     Chime's windows {:.0} ms, in the broker alone's {:.0} ms)",
                     step.chime_p99_ms,
                     step.rate,
-                    step.broker_p99_ms.unwrap_or(f64::NAN)
+                    step.broker_p99_ms.unwrap_or(f64::NAN),
+                    step.longest_disk_stall_ms.0,
+                    step.longest_disk_stall_ms.1,
                 ),
                 chime_ok(step),
             );
@@ -325,6 +357,7 @@ mod tests {
             kept_up,
             chime_p99_ms: chime,
             broker_p99_ms: Some(broker),
+            longest_disk_stall_ms: (0.0, 0.0),
         }
     }
 
@@ -387,6 +420,37 @@ mod tests {
         assert_eq!(step.broker_p99_ms, Some(23.5));
         let judged = judged(&[step]);
         assert!(judged.checks[0].met, "{:?}", judged.checks);
+    }
+
+    #[test]
+    fn a_step_reports_the_longest_disk_stall_of_its_runs_beside_its_verdict() {
+        let with_stalls = |chime: f64, chime_stall: f64, broker: f64, broker_stall: f64| {
+            let mut outcome = measured(chime, broker);
+            outcome.metric("disk_stalls", json!({"longest_ms": chime_stall}));
+            outcome.metric(
+                "latency_ceiling",
+                json!({"consume_lateness_ms": {"p99_ms": broker}, "disk_stalls": {"longest_ms": broker_stall}}),
+            );
+            Step::of(3000, &outcome)
+        };
+        let step = median_step(
+            3000,
+            &[
+                with_stalls(88.0, 226.0, 14.0, 62.0),
+                with_stalls(41.0, 210.0, 43.0, 440.0),
+            ],
+        );
+        assert_eq!(step.longest_disk_stall_ms, (226.0, 440.0));
+        let judged = judged(&[step]);
+        assert_eq!(
+            judged.metrics["longest_disk_stall_ms_at_box_limit"],
+            json!({"chime": 226.0, "broker_alone": 440.0})
+        );
+        let measured = &judged.checks[0].measured;
+        assert!(
+            measured.contains("Chime's windows 226 ms, in the broker alone's 440 ms"),
+            "{measured}"
+        );
     }
 
     #[test]
