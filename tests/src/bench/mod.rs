@@ -216,7 +216,6 @@ pub async fn run_all(
     steady: &SteadyChoice,
 ) -> anyhow::Result<report::Report> {
     let wanted = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
-    let w2_repeats = steady.repeats;
     let mut sizes = Sizes::of(scale);
     if !steady.rates.is_empty() {
         sizes.steady.clear();
@@ -256,7 +255,7 @@ pub async fn run_all(
         if wanted("W2") {
             for &(m, secs) in &sizes.steady {
                 let mut runs = Vec::new();
-                for _ in 0..w2_repeats.max(1) {
+                for _ in 0..steady.repeats.max(1) {
                     let run = bounded(workloads::steady::run(
                         backend,
                         m,
@@ -275,7 +274,8 @@ pub async fn run_all(
             let (rates, secs) = &sizes.steady_search;
             if !rates.is_empty() {
                 outcomes.extend(
-                    workloads::steady::search(backend, rates, *secs, w2_repeats, broker_rate).await,
+                    workloads::steady::search(backend, rates, *secs, steady.repeats, broker_rate)
+                        .await,
                 );
             }
         }

@@ -104,7 +104,7 @@ pub async fn run(
             start.timestamp()
         ));
         probe::write_timeline(&path, &window)?;
-        eprintln!("W2 timeline written to {}", path.display());
+        progress.say(&format!("timeline written to {}", path.display()));
     }
     let cpu_s = after.cpu_s - before.cpu_s;
     outcome.metric("fires_per_s", m);
