@@ -174,10 +174,14 @@ impl Probe {
 
 /// Writes `receipts` as CSV, one task per line in fire order: its fire time (ms since the
 /// Unix epoch), then its publish and consume lateness (ms), so stalls can be seen in time.
+/// Creates the file's directory if it is missing: a measurement must not be lost to it.
 pub fn write_timeline(path: &std::path::Path, receipts: &[Receipt]) -> std::io::Result<()> {
     use std::io::Write;
     let mut sorted = receipts.to_vec();
     sorted.sort_by_key(|r| r.fire_time);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(out, "fire_time_ms,publish_lateness_ms,consume_lateness_ms")?;
     for r in &sorted {
@@ -199,4 +203,43 @@ pub fn duplicate_runs(receipts: &[Receipt]) -> usize {
         *per_task.entry(r.task_id).or_default() += 1;
     }
     per_task.values().map(|n| n - 1).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeline_lands_in_a_directory_that_did_not_exist_in_fire_order() {
+        let base = chrono::TimeZone::timestamp_millis_opt(&Utc, 1_700_000_000_000).unwrap();
+        let at = |ms: i64| base + chrono::Duration::milliseconds(ms);
+        let receipt = |fire_ms: i64, consumed_ms: i64| Receipt {
+            task_id: Uuid::from_u128(fire_ms as u128),
+            job_id: Uuid::from_u128(1),
+            fire_time: at(fire_ms),
+            published_at: at(fire_ms + 1),
+            received_at: at(consumed_ms),
+            attempt: 1,
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "chime-timeline-{}-{}",
+            std::process::id(),
+            Utc::now().timestamp_nanos_opt().unwrap_or_default()
+        ));
+        let path = dir.join("nested").join("w2.csv");
+
+        write_timeline(&path, &[receipt(1000, 1250), receipt(0, 3)]).expect("timeline written");
+
+        let text = std::fs::read_to_string(&path).expect("timeline readable");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "fire_time_ms,publish_lateness_ms,consume_lateness_ms",
+                "1700000000000,1.000,3.000",
+                "1700000001000,1.000,250.000",
+            ]
+        );
+    }
 }
