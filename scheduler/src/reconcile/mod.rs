@@ -24,7 +24,11 @@
 
 mod dead_letters;
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use chime_consumer::protocol::AttemptRecord;
 use chrono::{DateTime, Utc};
@@ -89,10 +93,29 @@ pub struct PassReport {
     pub examined: usize,
     /// Runs handed to the dispatcher again (same or next attempt).
     pub republished: usize,
+    /// The same runs by why: the `reason` of `chime_republishes_total` (`unconfirmed`,
+    /// `takeover`, `ack_timeout`, `run_timeout`), or `retry` for a failed attempt's next.
+    pub republished_by: BTreeMap<&'static str, usize>,
     /// Runs given up in this pass.
     pub killed: usize,
     /// Dead letters published and confirmed.
     pub dead_lettered: usize,
+}
+
+impl PassReport {
+    fn count_republished(&mut self, reason: &'static str) {
+        self.republished += 1;
+        *self.republished_by.entry(reason).or_default() += 1;
+    }
+
+    /// `republished_by` for a log line, e.g. `ack_timeout=3 unconfirmed=1`.
+    pub fn republish_reasons(&self) -> String {
+        self.republished_by
+            .iter()
+            .map(|(reason, count)| format!("{reason}={count}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 /// An overdue run to publish as its next attempt once the store has moved it.
@@ -182,7 +205,7 @@ impl Reconciler {
                     RunState::Scheduled => {
                         metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
                         self.dispatch.resubmit([item.job.task_message(&item.run)]);
-                        report.republished += 1;
+                        report.count_republished(reason);
                     }
                     RunState::Dispatched => {
                         self.timed_out(
@@ -229,7 +252,7 @@ impl Reconciler {
                     examined = report.examined,
                     republished = report.republished,
                     dead = report.killed,
-                    reason,
+                    reasons = %report.republish_reasons(),
                     "reconciled overdue runs"
                 );
             }
@@ -350,12 +373,15 @@ impl Reconciler {
             match counted {
                 Counted::Republish(reason) => {
                     metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
+                    report.count_republished(reason);
                 }
-                Counted::Retry => metrics::counter!(telemetry::RETRIES).increment(1),
+                Counted::Retry => {
+                    metrics::counter!(telemetry::RETRIES).increment(1);
+                    report.count_republished("retry");
+                }
             }
             item.run.attempt += 1;
             tasks.push(item.job.task_message(&item.run));
-            report.republished += 1;
         }
         self.dispatch.resubmit(tasks);
         Ok(())
@@ -431,6 +457,19 @@ fn unconfirmed_cutoff(settings: &ReconcileSettings, kind: PassKind) -> chrono::D
 mod tests {
     use super::*;
     use crate::timer::arming_horizon;
+
+    #[test]
+    fn a_pass_report_says_why_each_run_went_out_again() {
+        let mut report = PassReport::default();
+        for reason in ["ack_timeout", "unconfirmed", "ack_timeout", "retry"] {
+            report.count_republished(reason);
+        }
+        assert_eq!(report.republished, 4);
+        assert_eq!(
+            report.republish_reasons(),
+            "ack_timeout=2 retry=1 unconfirmed=1"
+        );
+    }
 
     #[test]
     fn a_takeover_collects_everything_the_previous_owner_may_have_armed() {
