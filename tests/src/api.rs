@@ -160,7 +160,36 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The sum of every sample of metric `name` (all its label sets) in Prometheus text, 0
+/// when absent.
+pub fn metric_total(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Runs of `runs` in state `state`.
 pub fn in_state<'a>(runs: &'a [Value], state: &str) -> Vec<&'a Value> {
     runs.iter().filter(|r| r["state"] == state).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metric_total_adds_every_label_set_of_that_metric_only() {
+        let text = "# TYPE chime_republishes_total counter\n\
+                    chime_republishes_total{reason=\"unconfirmed\"} 3\n\
+                    chime_republishes_total{reason=\"ack_timeout\"} 2\n\
+                    chime_republishes_total_created 7\n\
+                    chime_retries_total 5\n";
+        assert_eq!(metric_total(text, "chime_republishes_total"), 5.0);
+        assert_eq!(metric_total(text, "chime_retries_total"), 5.0);
+        assert_eq!(metric_total(text, "chime_missing_total"), 0.0);
+    }
 }
