@@ -91,10 +91,9 @@ impl PassKind {
 pub struct PassReport {
     /// Overdue runs examined.
     pub examined: usize,
-    /// Runs handed to the dispatcher again (same or next attempt).
-    pub republished: usize,
-    /// The same runs by why: the `reason` of `chime_republishes_total` (`unconfirmed`,
-    /// `takeover`, `ack_timeout`, `run_timeout`), or `retry` for a failed attempt's next.
+    /// Runs handed to the dispatcher again (same or next attempt), by why: the `reason`
+    /// of `chime_republishes_total` (`unconfirmed`, `takeover`, `ack_timeout`,
+    /// `run_timeout`), or `retry` for a failed attempt's next.
     pub republished_by: BTreeMap<&'static str, usize>,
     /// Runs given up in this pass.
     pub killed: usize,
@@ -104,8 +103,12 @@ pub struct PassReport {
 
 impl PassReport {
     fn count_republished(&mut self, reason: &'static str) {
-        self.republished += 1;
         *self.republished_by.entry(reason).or_default() += 1;
+    }
+
+    /// Runs handed to the dispatcher again, for any reason.
+    pub fn republished(&self) -> usize {
+        self.republished_by.values().sum()
     }
 
     /// `republished_by` for a log line, e.g. `ack_timeout=3 unconfirmed=1`.
@@ -186,7 +189,7 @@ impl Reconciler {
                 .overdue_runs(now, cutoff, cursor, PASS_LIMIT, shards)
                 .await?;
             let count = overdue.len();
-            let republished_before = report.republished;
+            let republished_before = report.republished();
             cursor = overdue
                 .last()
                 .and_then(|item| Some((item.run.due_at?, item.run.id)));
@@ -247,10 +250,10 @@ impl Reconciler {
                 dead,
             )
             .await?;
-            if report.republished + report.killed > 0 {
+            if report.republished() + report.killed > 0 {
                 info!(
                     examined = report.examined,
-                    republished = report.republished,
+                    republished = report.republished(),
                     dead = report.killed,
                     reasons = %report.republish_reasons(),
                     "reconciled overdue runs"
@@ -261,7 +264,7 @@ impl Reconciler {
             // pages only held runs it moved on (timeouts, retries: they leave the overdue
             // set, so the work follows the overdue runs); a page that re-published any
             // leaves the rest to the next pass, so an outage is not re-read every second.
-            let moved_on = report.republished == republished_before;
+            let moved_on = report.republished() == republished_before;
             let walk_all = kind != PassKind::Periodic;
             if count < PASS_LIMIT as usize || cursor.is_none() || !(walk_all || moved_on) {
                 return Ok(report);
@@ -464,7 +467,7 @@ mod tests {
         for reason in ["ack_timeout", "unconfirmed", "ack_timeout", "retry"] {
             report.count_republished(reason);
         }
-        assert_eq!(report.republished, 4);
+        assert_eq!(report.republished(), 4);
         assert_eq!(
             report.republish_reasons(),
             "ack_timeout=2 retry=1 unconfirmed=1"
