@@ -33,6 +33,9 @@ pub const TIMER_JOBS: &str = "chime_timer_jobs";
 pub const DISPATCH_PENDING: &str = "chime_dispatch_pending";
 /// Tasks of fires armed ahead of their time, held until it comes.
 pub const DISPATCH_ARMED: &str = "chime_dispatch_armed";
+/// Runs whose tasks the broker confirmed and whose `dispatched` mark is not written yet.
+/// Growing: the store is falling behind the broker.
+pub const DISPATCH_UNMARKED: &str = "chime_dispatch_unmarked";
 /// Tasks not held in memory because the dispatcher's queue was full; the reconciler
 /// publishes them later from the store.
 pub const DISPATCH_DEFERRED: &str = "chime_dispatch_deferred_total";
@@ -179,6 +182,10 @@ fn describe() {
     describe_gauge!(
         DISPATCH_ARMED,
         "Tasks of fires armed ahead of their time, held until it comes."
+    );
+    describe_gauge!(
+        DISPATCH_UNMARKED,
+        "Runs confirmed by the broker whose dispatched mark is not written yet."
     );
     describe_counter!(
         BROKER_CONNECTS,

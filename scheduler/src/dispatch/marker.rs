@@ -8,8 +8,17 @@
 //! ack is usually recorded by then, and the ack records `dispatched_at` itself (from its
 //! own time), so the mark skips the run: one row version fewer per fire. On PostgreSQL
 //! that was most of the database's work in a thundering herd besides the replies.
+//!
+//! Until its mark is written a confirmed run is `scheduled` in the store, so the runs
+//! between confirm and mark are kept in [`Unmarked`] for the reconciler: when the
+//! database falls behind it must not publish them again (a duplicate for every run, and
+//! more work for a database that is already behind).
 
-use std::{collections::VecDeque, sync::Arc, time::Duration};
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use chrono::{DateTime, Utc};
 use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
@@ -40,22 +49,57 @@ pub(super) enum Mark {
     Failed(Uuid, String),
 }
 
+/// Runs whose tasks the broker confirmed and whose `dispatched` mark is not written yet.
+#[derive(Debug, Default)]
+pub(super) struct Unmarked(Mutex<HashSet<Uuid>>);
+
+impl Unmarked {
+    pub(super) fn contains(&self, run: Uuid) -> bool {
+        self.runs().contains(&run)
+    }
+
+    fn insert(&self, runs: &[Uuid]) {
+        let mut unmarked = self.runs();
+        unmarked.extend(runs.iter().copied());
+        metrics::gauge!(telemetry::DISPATCH_UNMARKED).set(unmarked.len() as f64);
+    }
+
+    fn remove(&self, runs: &[Uuid]) {
+        let mut unmarked = self.runs();
+        for run in runs {
+            unmarked.remove(run);
+        }
+        metrics::gauge!(telemetry::DISPATCH_UNMARKED).set(unmarked.len() as f64);
+    }
+
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
+        // A panic while holding the lock cannot leave the set half-updated in a way
+        // that matters: at worst a run is published again.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Sends outcomes to the writer task. Dropping every sender ends it once it has
 /// written what it was sent, without waiting out [`MARK_DELAY`].
 #[derive(Debug, Clone)]
 pub(super) struct Marker {
     tx: mpsc::UnboundedSender<Mark>,
+    unmarked: Arc<Unmarked>,
 }
 
 impl Marker {
-    /// Starts the writer task.
-    pub(super) fn start(store: Arc<dyn Store>) -> (Self, JoinHandle<()>) {
+    /// Starts the writer task; it keeps `unmarked` up to date.
+    pub(super) fn start(store: Arc<dyn Store>, unmarked: Arc<Unmarked>) -> (Self, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self { tx }, tokio::spawn(write(store, rx)))
+        let writer = tokio::spawn(write(store, rx, unmarked.clone()));
+        (Self { tx, unmarked }, writer)
     }
 
     pub(super) fn dispatched(&self, runs: Vec<Uuid>, at: DateTime<Utc>) {
         if !runs.is_empty() {
+            self.unmarked.insert(&runs);
             let _ = self.tx.send(Mark::Dispatched(runs, at));
         }
     }
@@ -131,7 +175,11 @@ enum Wake {
     Closed,
 }
 
-async fn write(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Mark>) {
+async fn write(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::UnboundedReceiver<Mark>,
+    unmarked: Arc<Unmarked>,
+) {
     let mut waiting = Waiting::default();
     loop {
         let mut failed = Vec::new();
@@ -159,12 +207,15 @@ async fn write(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Mark>) {
         } else {
             waiting.take_all()
         };
-        if let Some((dispatched, at)) = due
-            && let Err(error) = store.mark_dispatched(&dispatched, at).await
-        {
-            error!(%error, runs = dispatched.len(), "could not mark runs dispatched");
-            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "mark_dispatched")
-                .increment(1);
+        if let Some((dispatched, at)) = due {
+            if let Err(error) = store.mark_dispatched(&dispatched, at).await {
+                error!(%error, runs = dispatched.len(), "could not mark runs dispatched");
+                metrics::counter!(telemetry::STORE_ERRORS, "operation" => "mark_dispatched")
+                    .increment(1);
+            }
+            // Written or not, they are the reconciler's again: a failed mark leaves them
+            // `scheduled`, to be published again.
+            unmarked.remove(&dispatched);
         }
         for (run_id, reason) in failed {
             if let Err(error) = store.note_publish_failure(run_id, &reason).await {

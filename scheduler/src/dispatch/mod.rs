@@ -51,7 +51,7 @@ use chime_consumer::protocol::TaskMessage;
 use crate::{broker, cluster::Ownership, store::Store, telemetry};
 use batch::{Broken, InFlight};
 use held::Held;
-use marker::Marker;
+use marker::{Marker, Unmarked};
 use observed::ObservedTopics;
 
 /// Most tasks published in one batch.
@@ -96,6 +96,7 @@ enum Command {
 pub struct DispatchHandle {
     tx: mpsc::UnboundedSender<Command>,
     connected: Arc<AtomicBool>,
+    unmarked: Arc<Unmarked>,
 }
 
 impl DispatchHandle {
@@ -138,6 +139,12 @@ impl DispatchHandle {
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
     }
+
+    /// Whether the broker confirmed `run`'s task and the run is only waiting for its
+    /// `dispatched` mark to be written (it still reads `scheduled` in the store).
+    pub fn is_confirmed_unmarked(&self, run: Uuid) -> bool {
+        self.unmarked.contains(run)
+    }
 }
 
 /// The publishing service. Create with [`Dispatcher::new`], run with [`Dispatcher::run`].
@@ -159,6 +166,8 @@ pub struct Dispatcher {
     declared: HashSet<String>,
     /// Writes publish outcomes to the store (set while running).
     marker: Option<Marker>,
+    /// Runs confirmed and not yet marked, shared with the handles.
+    unmarked: Arc<Unmarked>,
     /// Which tasks get an observer copy.
     observed: ObservedTopics,
 }
@@ -175,9 +184,11 @@ impl Dispatcher {
     ) -> (DispatchHandle, Self) {
         let (tx, rx) = mpsc::unbounded_channel();
         let connected = Arc::new(AtomicBool::new(false));
+        let unmarked = Arc::new(Unmarked::default());
         let handle = DispatchHandle {
             tx,
             connected: connected.clone(),
+            unmarked: unmarked.clone(),
         };
         let dispatcher = Self {
             observed: ObservedTopics::start(store.clone(), observer_copies),
@@ -192,6 +203,7 @@ impl Dispatcher {
             in_flight: 0,
             declared: HashSet::new(),
             marker: None,
+            unmarked,
         };
         (handle, dispatcher)
     }
@@ -201,7 +213,7 @@ impl Dispatcher {
     /// due, stay `scheduled` in the store and are published after the next start (or by
     /// the shards' next owner).
     pub async fn run(mut self, drain: CancellationToken, drain_timeout: Duration) {
-        let (marker, writer) = Marker::start(self.store.clone());
+        let (marker, writer) = Marker::start(self.store.clone(), self.unmarked.clone());
         self.marker = Some(marker);
         self.publish_until_drained(&drain, drain_timeout).await;
         // Let the writer finish what it was sent, within the same bound: behind an

@@ -95,6 +95,9 @@ pub struct PassReport {
     /// of `chime_republishes_total` (`unconfirmed`, `takeover`, `ack_timeout`,
     /// `run_timeout`), or `retry` for a failed attempt's next.
     pub republished_by: BTreeMap<&'static str, usize>,
+    /// Overdue `scheduled` runs left alone because the broker confirmed their tasks and
+    /// only their `dispatched` mark is not written yet (the store is behind).
+    pub awaiting_mark: usize,
     /// Runs given up in this pass.
     pub killed: usize,
     /// Dead letters published and confirmed.
@@ -189,7 +192,8 @@ impl Reconciler {
                 .overdue_runs(now, cutoff, cursor, PASS_LIMIT, shards)
                 .await?;
             let count = overdue.len();
-            let republished_before = report.republished();
+            let (republished_before, awaiting_before) =
+                (report.republished(), report.awaiting_mark);
             cursor = overdue
                 .last()
                 .and_then(|item| Some((item.run.due_at?, item.run.id)));
@@ -205,6 +209,11 @@ impl Reconciler {
                     continue;
                 }
                 match item.run.state {
+                    // Its task is in the queue; publishing it again would only make a
+                    // duplicate, and more work for a store already behind.
+                    RunState::Scheduled if self.dispatch.is_confirmed_unmarked(item.run.id) => {
+                        report.awaiting_mark += 1;
+                    }
                     RunState::Scheduled => {
                         metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
                         self.dispatch.resubmit([item.job.task_message(&item.run)]);
@@ -254,6 +263,7 @@ impl Reconciler {
                 info!(
                     examined = report.examined,
                     republished = report.republished(),
+                    awaiting_mark = report.awaiting_mark,
                     dead = report.killed,
                     reasons = %report.republish_reasons(),
                     "reconciled overdue runs"
@@ -264,7 +274,8 @@ impl Reconciler {
             // pages only held runs it moved on (timeouts, retries: they leave the overdue
             // set, so the work follows the overdue runs); a page that re-published any
             // leaves the rest to the next pass, so an outage is not re-read every second.
-            let moved_on = report.republished() == republished_before;
+            let moved_on = report.republished() == republished_before
+                && report.awaiting_mark == awaiting_before;
             let walk_all = kind != PassKind::Periodic;
             if count < PASS_LIMIT as usize || cursor.is_none() || !(walk_all || moved_on) {
                 return Ok(report);

@@ -2,11 +2,17 @@
 //! the ack timeout, retryable failures are retried with growing backoff, exhausted runs
 //! are dead-lettered with their history and can be replayed, poison and malformed
 //! messages end in a dead-letter queue while other work flows, heartbeats keep a long
-//! handler's run alive, and a chimed killed between commit and publish loses nothing.
+//! handler's run alive, a chimed killed between commit and publish loses nothing, and a
+//! store that falls behind the broker does not make the reconciler publish confirmed
+//! tasks again.
 
 use std::time::Duration;
 
-use chime_tests::{TestConsumer, api::metric, wait};
+use chime_tests::{
+    TestConsumer,
+    api::{metric, metric_total},
+    wait,
+};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use lapin::{
@@ -15,6 +21,7 @@ use lapin::{
 };
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+use sqlx::{Connection, SqliteConnection};
 
 use crate::support::{Setup, StoreKind, every_second};
 
@@ -529,4 +536,59 @@ async fn chimed_killed_between_commit_and_publish_loses_nothing() {
         metric(&m, "chime_republishes_total{reason=\"unconfirmed\"}") >= 3.0,
         "the restarted node published what the killed one recorded:\n{m}"
     );
+}
+
+/// Another writer holds the SQLite file, so the store falls behind: the broker confirms a
+/// task but its run cannot be marked `dispatched` for longer than `republish_after`. The
+/// run reads `scheduled` all that time, yet the reconciler does not publish it again: its
+/// task is in the queue once, and nothing counts as re-published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_run_waiting_for_its_mark_is_not_published_again() {
+    let s = Setup::with_env(
+        StoreKind::Sqlite,
+        &[
+            ("CHIME_REPUBLISH_AFTER", "1s"),
+            ("CHIME_RECONCILE_INTERVAL", "100ms"),
+        ],
+    )
+    .await;
+    let api = &s.chimed.api;
+    let queue = "chime.group.behind";
+    let job = api.create_job(hourly("behind", "behind", json!({}))).await;
+    let run_id = id(&api.trigger(&id(&job)).await);
+    // Taken at once: the mark is written 400 ms after the confirm.
+    let mut writer = SqliteConnection::connect(s.db.url()).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    wait::until(
+        "the task to be confirmed into its queue",
+        Duration::from_secs(10),
+        || async { (s.vhost.queue_state(queue).await.0 >= 1).then_some(()) },
+    )
+    .await;
+    // Many passes of the reconciler with the run overdue as `scheduled`.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = api.run(&run_id).await;
+    assert_eq!(waiting["state"], "scheduled", "the mark waited: {waiting}");
+    sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    api.wait_run(&run_id, "the run to be marked dispatched", |r| {
+        r["state"] == "dispatched"
+    })
+    .await;
+    // A pass or two after the mark, in case one had read the run before it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        s.vhost.queue_state(queue).await.0,
+        1,
+        "the task went out once"
+    );
+    let m = api.metrics().await;
+    assert_eq!(
+        metric_total(&m, "chime_republishes_total"),
+        0.0,
+        "nothing was published again:\n{m}"
+    );
+    assert_eq!(metric(&m, "chime_dispatch_unmarked"), 0.0, "{m}");
 }
