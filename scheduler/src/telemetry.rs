@@ -48,6 +48,10 @@ pub const BROKER_CONNECTS: &str = "chime_broker_connects_total";
 /// `takeover`: left unconfirmed by a shard's previous owner; `ack_timeout`: no ack within
 /// the job's ack timeout; `run_timeout`: no result or heartbeat within its run timeout).
 pub const REPUBLISHES: &str = "chime_republishes_total";
+/// Overdue `scheduled` runs the reconciler did not publish again because the broker had
+/// confirmed them and only their `dispatched` mark was still to be written (counted per
+/// pass that found them).
+pub const REPUBLISHES_WITHHELD: &str = "chime_republishes_withheld_total";
 /// Retryable failures given a retry (the run waits out its backoff as `failed`).
 pub const RETRIES_SCHEDULED: &str = "chime_retries_scheduled_total";
 /// Failed runs published again after their backoff.
@@ -194,6 +198,10 @@ fn describe() {
     describe_counter!(
         REPUBLISHES,
         "Recorded runs published again, by reason (unconfirmed, takeover, ack_timeout, run_timeout)."
+    );
+    describe_counter!(
+        REPUBLISHES_WITHHELD,
+        "Overdue scheduled runs not published again because their confirm was still to be written."
     );
     describe_counter!(RETRIES, "Failed runs published again after their backoff.");
     describe_counter!(

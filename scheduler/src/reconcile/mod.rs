@@ -212,6 +212,7 @@ impl Reconciler {
                     // Its task is in the queue; publishing it again would only make a
                     // duplicate, and more work for a store already behind.
                     RunState::Scheduled if self.dispatch.is_confirmed_unmarked(item.run.id) => {
+                        metrics::counter!(telemetry::REPUBLISHES_WITHHELD).increment(1);
                         report.awaiting_mark += 1;
                     }
                     RunState::Scheduled => {

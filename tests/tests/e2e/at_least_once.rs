@@ -568,8 +568,15 @@ async fn a_confirmed_run_waiting_for_its_mark_is_not_published_again() {
         || async { (s.vhost.queue_state(queue).await.0 >= 1).then_some(()) },
     )
     .await;
-    // Many passes of the reconciler with the run overdue as `scheduled`.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait::until(
+        "several reconciler passes to find the run overdue and leave it alone",
+        Duration::from_secs(20),
+        || async {
+            let m = api.metrics().await;
+            (metric(&m, "chime_republishes_withheld_total") >= 5.0).then_some(())
+        },
+    )
+    .await;
     let waiting = api.run(&run_id).await;
     assert_eq!(waiting["state"], "scheduled", "the mark waited: {waiting}");
     sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
