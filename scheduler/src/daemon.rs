@@ -21,7 +21,7 @@ use crate::{
     dispatch::Dispatcher,
     dlq::{self, DeadLetters},
     reconcile::{ReconcileSettings, Reconciler},
-    results::ResultCollector,
+    results::{Probes, ReplyProgress, ResultCollector},
     retention::{Pruner, RetentionSettings},
     store::{self, Backend},
     telemetry,
@@ -77,11 +77,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         },
     );
     let publisher = Arc::new(ConfirmedPublisher::new(&config.amqp_url, "dead-letters"));
+    let reply_progress = ReplyProgress::new();
     let reconciler = Reconciler::new(
         store.clone(),
         dispatch.clone(),
         publisher,
         ownership.clone(),
+        reply_progress.clone(),
         ReconcileSettings {
             republish_after: config.republish_after,
             interval: config.reconcile_interval,
@@ -89,7 +91,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         },
     );
     let pruner = Pruner::new(store.clone(), RetentionSettings::new(config.run_retention));
-    let collector = ResultCollector::new(store.clone(), &config.amqp_url);
+    let collector = ResultCollector::new(
+        store.clone(),
+        &config.amqp_url,
+        Probes {
+            node: ownership.node().to_owned(),
+            interval: config.reconcile_interval,
+            progress: reply_progress,
+        },
+    );
     let dead_letters = Arc::new(DeadLetters::new(
         store.clone(),
         &config.amqp_url,

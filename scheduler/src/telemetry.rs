@@ -21,6 +21,9 @@ pub const REPLIES: &str = "chime_replies_total";
 /// Store transactions that applied replies; replies per transaction is
 /// `chime_replies_total` over this.
 pub const REPLY_TRANSACTIONS: &str = "chime_reply_transactions_total";
+/// How far behind the reply queue the collector was when it last applied one of its
+/// progress probes (see `results::progress`), in seconds.
+pub const REPLY_LAG: &str = "chime_reply_lag_seconds";
 /// Results applied to runs, by `state` (`succeeded`, `failed`).
 pub const RESULTS: &str = "chime_results_total";
 /// Messages that could not be parsed and were dead-lettered, by `queue`.
@@ -49,8 +52,10 @@ pub const BROKER_CONNECTS: &str = "chime_broker_connects_total";
 /// the job's ack timeout; `run_timeout`: no result or heartbeat within its run timeout).
 pub const REPUBLISHES: &str = "chime_republishes_total";
 /// Overdue `scheduled` runs the reconciler did not publish again because the broker had
-/// confirmed them and only their `dispatched` mark was still to be written (counted per
-/// pass that found them).
+/// confirmed them and only their `dispatched` mark was still to be written
+/// (`reason="unmarked"`), or ack and run deadlines not acted on because the reply that
+/// answers them may still wait in the reply queue (`reason="replies_pending"`); counted
+/// per pass that found them.
 pub const REPUBLISHES_WITHHELD: &str = "chime_republishes_withheld_total";
 /// Retryable failures given a retry (the run waits out its backoff as `failed`).
 pub const RETRIES_SCHEDULED: &str = "chime_retries_scheduled_total";
@@ -175,6 +180,10 @@ fn describe() {
         REPLY_TRANSACTIONS,
         "Store transactions that applied a batch of replies."
     );
+    describe_gauge!(
+        REPLY_LAG,
+        "Age of the newest reply-queue progress probe when the collector applied it."
+    );
     describe_counter!(RESULTS, "Results applied to runs, by state.");
     describe_counter!(MALFORMED, "Unparseable messages dead-lettered, by queue.");
     describe_counter!(STORE_ERRORS, "Failed store operations, by operation.");
@@ -201,7 +210,7 @@ fn describe() {
     );
     describe_counter!(
         REPUBLISHES_WITHHELD,
-        "Overdue scheduled runs not published again because their confirm was still to be written."
+        "Overdue runs not acted on because their confirm was still to be written or their reply may still be queued, by reason."
     );
     describe_counter!(RETRIES, "Failed runs published again after their backoff.");
     describe_counter!(

@@ -15,12 +15,18 @@
 //! - a broadcast run past its ack window or an instance's deadline: decided from every
 //!   instance's receipt ([`crate::domain::broadcast::settle`]).
 //!
+//! Ack and run deadlines are judged only up to where the result collector has got
+//! through the reply queue ([`ReplyProgress`]): a deadline that passed while its
+//! answer may still be queued waits, so a collector that falls behind does not turn
+//! into a duplicate of every task.
+//!
 //! Every transition is a conditional update on the run's state and attempt, so a reply
 //! arriving meanwhile wins and nothing is acted on twice. In a cluster it works only on
 //! the shards this node holds; when this node gains shards it passes over them at once.
 //!
 //! Metrics: `chime_republishes_total{reason}`, `chime_retries_total`,
-//! `chime_dead_runs_total{reason}`, `chime_dead_letters_published_total`.
+//! `chime_dead_runs_total{reason}`, `chime_dead_letters_published_total`,
+//! `chime_republishes_withheld_total{reason}`.
 
 mod dead_letters;
 
@@ -43,6 +49,7 @@ use crate::{
         DeliveryMode, RunState,
         retry::{Missed, TimeoutVerdict, after_timeout},
     },
+    results::ReplyProgress,
     store::{Expect, NextAttempt, OverdueRun, Store, StoreError},
     telemetry,
 };
@@ -98,6 +105,9 @@ pub struct PassReport {
     /// Overdue `scheduled` runs left alone because the broker confirmed their tasks and
     /// only their `dispatched` mark is not written yet (the store is behind).
     pub awaiting_mark: usize,
+    /// Overdue `dispatched` and `acked` runs left alone because the reply that answers
+    /// them may still wait in the reply queue (the collector is behind).
+    pub awaiting_replies: usize,
     /// Runs given up in this pass.
     pub killed: usize,
     /// Dead letters published and confirmed.
@@ -147,16 +157,19 @@ pub struct Reconciler {
     dispatch: DispatchHandle,
     publisher: Arc<ConfirmedPublisher>,
     ownership: Ownership,
+    replies: ReplyProgress,
     settings: ReconcileSettings,
 }
 
 impl Reconciler {
-    /// A reconciler of `ownership`'s shards, publishing dead letters through `publisher`.
+    /// A reconciler of `ownership`'s shards, publishing dead letters through `publisher`
+    /// and judging deadlines as far as `replies` allows.
     pub fn new(
         store: Arc<dyn Store>,
         dispatch: DispatchHandle,
         publisher: Arc<ConfirmedPublisher>,
         ownership: Ownership,
+        replies: ReplyProgress,
         settings: ReconcileSettings,
     ) -> Self {
         Self {
@@ -164,6 +177,7 @@ impl Reconciler {
             dispatch,
             publisher,
             ownership,
+            replies,
             settings,
         }
     }
@@ -192,8 +206,12 @@ impl Reconciler {
                 .overdue_runs(now, cutoff, cursor, PASS_LIMIT, shards)
                 .await?;
             let count = overdue.len();
-            let (republished_before, awaiting_before) =
-                (report.republished(), report.awaiting_mark);
+            let judged_until = self.replies.judged_until(now);
+            let before = (
+                report.republished(),
+                report.awaiting_mark,
+                report.awaiting_replies,
+            );
             cursor = overdue
                 .last()
                 .and_then(|item| Some((item.run.due_at?, item.run.id)));
@@ -201,6 +219,14 @@ impl Reconciler {
             let mut dead = Vec::new();
             let mut advances = Vec::new();
             for item in overdue {
+                if matches!(item.run.state, RunState::Dispatched | RunState::Acked)
+                    && item.run.due_at.is_some_and(|due| due > judged_until)
+                {
+                    metrics::counter!(telemetry::REPUBLISHES_WITHHELD, "reason" => "replies_pending")
+                        .increment(1);
+                    report.awaiting_replies += 1;
+                    continue;
+                }
                 if item.run.mode == DeliveryMode::Broadcast
                     && matches!(item.run.state, RunState::Dispatched | RunState::Acked)
                 {
@@ -212,7 +238,8 @@ impl Reconciler {
                     // Its task is in the queue; publishing it again would only make a
                     // duplicate, and more work for a store already behind.
                     RunState::Scheduled if self.dispatch.is_confirmed_unmarked(item.run.id) => {
-                        metrics::counter!(telemetry::REPUBLISHES_WITHHELD).increment(1);
+                        metrics::counter!(telemetry::REPUBLISHES_WITHHELD, "reason" => "unmarked")
+                            .increment(1);
                         report.awaiting_mark += 1;
                     }
                     RunState::Scheduled => {
@@ -265,6 +292,7 @@ impl Reconciler {
                     examined = report.examined,
                     republished = report.republished(),
                     awaiting_mark = report.awaiting_mark,
+                    awaiting_replies = report.awaiting_replies,
                     dead = report.killed,
                     reasons = %report.republish_reasons(),
                     "reconciled overdue runs"
@@ -273,10 +301,14 @@ impl Reconciler {
             // A takeover walks every page (the cursor steps past re-published `scheduled`
             // runs, which stay overdue until confirmed). A periodic pass goes on while its
             // pages only held runs it moved on (timeouts, retries: they leave the overdue
-            // set, so the work follows the overdue runs); a page that re-published any
-            // leaves the rest to the next pass, so an outage is not re-read every second.
-            let moved_on = report.republished() == republished_before
-                && report.awaiting_mark == awaiting_before;
+            // set, so the work follows the overdue runs); a page that re-published any, or
+            // left any waiting for a mark or a reply, leaves the rest to the next pass, so
+            // an outage is not re-read every second.
+            let moved_on = (
+                report.republished(),
+                report.awaiting_mark,
+                report.awaiting_replies,
+            ) == before;
             let walk_all = kind != PassKind::Periodic;
             if count < PASS_LIMIT as usize || cursor.is_none() || !(walk_all || moved_on) {
                 return Ok(report);

@@ -13,21 +13,29 @@
 //!   dead-letter good replies during a database failover.
 //! - A reply the store refuses as data is dead-lettered with its message and counted
 //!   like a malformed one; the rest of the batch is applied message by message.
+//! - Every probe interval it drops a probe into the reply queue, and notes in
+//!   [`ReplyProgress`] how far through the queue it has got when the probe is applied
+//!   ([`progress`]), so the reconciler does not judge an ack late while it waits here.
 
+mod progress;
 mod validate;
+
+pub use progress::ReplyProgress;
 
 use std::{sync::Arc, time::Duration};
 
+use chrono::{DateTime, Utc};
 use futures_util::{FutureExt, StreamExt};
 use lapin::{
     Channel,
     message::Delivery,
     options::{
         BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
-        BasicQosOptions, BasicRejectOptions,
+        BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
     },
     types::FieldTable,
 };
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -52,10 +60,12 @@ pub const MAX_BATCH_REPLIES: usize = 500;
 /// 30-minute consumer timeout.
 pub const MAX_STORE_WAIT: Duration = Duration::from_secs(20 * 60);
 
-/// A reply message, parsed: its delivery and the replies it carries, in order.
+/// A reply message, parsed: its delivery and the replies it carries, in order, or the
+/// send time of a progress probe.
 struct Received {
     delivery: Delivery,
     replies: Vec<Reply>,
+    probe: Option<DateTime<Utc>>,
 }
 
 /// Why replies were not applied.
@@ -70,14 +80,27 @@ enum Unapplied {
 pub struct ResultCollector {
     store: Arc<dyn Store>,
     amqp_url: String,
+    probes: Probes,
+}
+
+/// How the collector measures its progress through the reply queue.
+#[derive(Debug, Clone)]
+pub struct Probes {
+    /// The node stamped on its probes.
+    pub node: String,
+    /// Time between probes.
+    pub interval: Duration,
+    /// Where the applied probes are noted.
+    pub progress: ReplyProgress,
 }
 
 impl ResultCollector {
     /// A collector applying replies from the broker at `amqp_url` to `store`.
-    pub fn new(store: Arc<dyn Store>, amqp_url: impl Into<String>) -> Self {
+    pub fn new(store: Arc<dyn Store>, amqp_url: impl Into<String>, probes: Probes) -> Self {
         Self {
             store,
             amqp_url: amqp_url.into(),
+            probes,
         }
     }
 
@@ -113,9 +136,15 @@ impl ResultCollector {
     ) -> Result<(), String> {
         let (channel, mut consumer) = open_consumer(connection).await.map_err(|e| e.to_string())?;
         info!(queue = topology::REPLY_QUEUE, "collecting results");
+        let mut probes = tokio::time::interval(self.probes.interval);
+        probes.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 next = consumer.next() => next,
+                _ = probes.tick() => {
+                    self.send_probe(&channel).await;
+                    continue;
+                }
                 () = cancel.cancelled() => {
                     let _ = channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()).await;
                     let _ = channel.close(200, "chimed shutting down".into()).await;
@@ -151,12 +180,32 @@ impl ResultCollector {
         }
     }
 
+    /// Publishes a progress probe into the reply queue. A probe lost with the channel
+    /// only delays the next judgement of deadlines, so it is not confirmed.
+    async fn send_probe(&self, channel: &Channel) {
+        let (body, properties) = progress::Probe::message(&self.probes.node);
+        if let Err(error) = channel
+            .basic_publish(
+                topology::REPLY_EXCHANGE.into(),
+                topology::REPLY_ROUTING_KEY.into(),
+                BasicPublishOptions::default(),
+                &body,
+                properties,
+            )
+            .await
+        {
+            debug!(%error, "could not send a reply-queue probe");
+        }
+    }
+
     /// Applies the replies of `batch` (one transaction per [`reply_plan::rounds`] round) and settles
-    /// every message; if the store refuses them, applies the messages one by one.
+    /// every message; if the store refuses them, applies the messages one by one. Notes
+    /// the newest probe in it once every message before it is settled.
     async fn apply_batch(&self, batch: Vec<Received>, cancel: &CancellationToken) {
         let Some(last) = batch.last() else { return };
+        let newest_probe = batch.iter().filter_map(|r| r.probe).max();
         let replies: Vec<&Reply> = batch.iter().flat_map(|r| &r.replies).collect();
-        match self.apply(&replies, cancel).await {
+        let settled = match self.apply(&replies, cancel).await {
             Ok(()) => {
                 // Every earlier delivery on this channel is settled already.
                 let _ = last
@@ -164,31 +213,42 @@ impl ResultCollector {
                     .acker
                     .ack(BasicAckOptions { multiple: true })
                     .await;
+                true
             }
             Err(Unapplied::GaveUp) => {
                 for received in &batch {
                     requeue(&received.delivery).await;
                 }
+                false
             }
             Err(Unapplied::Refused(error)) if batch.len() == 1 => {
                 error!(%error, replies = replies.len(), "the store refuses a reply; dead-lettering its message");
                 dead_letter(&last.delivery).await;
+                true
             }
             Err(Unapplied::Refused(_)) => {
+                let mut settled = true;
                 for received in &batch {
                     let replies: Vec<&Reply> = received.replies.iter().collect();
                     match self.apply(&replies, cancel).await {
                         Ok(()) => {
                             let _ = received.delivery.ack(BasicAckOptions::default()).await;
                         }
-                        Err(Unapplied::GaveUp) => requeue(&received.delivery).await,
+                        Err(Unapplied::GaveUp) => {
+                            requeue(&received.delivery).await;
+                            settled = false;
+                        }
                         Err(Unapplied::Refused(error)) => {
                             error!(%error, replies = replies.len(), "the store refuses a reply; dead-lettering its message");
                             dead_letter(&received.delivery).await;
                         }
                     }
                 }
+                settled
             }
+        };
+        if let (true, Some(sent_at)) = (settled, newest_probe) {
+            self.probes.progress.applied(sent_at);
         }
     }
 
@@ -268,6 +328,21 @@ impl ResultCollector {
 /// Parses a delivery into its replies, ready for the store; dead-letters it (and returns
 /// `None`) if it does not parse or a reply in it names something unroutable.
 async fn receive(delivery: Delivery) -> Option<Received> {
+    match progress::Probe::parse(&delivery.properties, &delivery.data) {
+        Some(Ok(probe)) => {
+            return Some(Received {
+                delivery,
+                replies: Vec::new(),
+                probe: Some(probe.sent_at),
+            });
+        }
+        Some(Err(error)) => {
+            warn!(%error, queue = topology::REPLY_QUEUE, "dead-lettering a malformed probe");
+            dead_letter(&delivery).await;
+            return None;
+        }
+        None => {}
+    }
     let mut replies = match Reply::many_from_slice(&delivery.data) {
         Ok(replies) => replies,
         Err(error) => {
@@ -281,7 +356,11 @@ async fn receive(delivery: Delivery) -> Option<Received> {
         dead_letter(&delivery).await;
         return None;
     }
-    Some(Received { delivery, replies })
+    Some(Received {
+        delivery,
+        replies,
+        probe: None,
+    })
 }
 
 /// Counts what one reply did.

@@ -2,12 +2,16 @@
 //! the ack timeout, retryable failures are retried with growing backoff, exhausted runs
 //! are dead-lettered with their history and can be replayed, poison and malformed
 //! messages end in a dead-letter queue while other work flows, heartbeats keep a long
-//! handler's run alive, a chimed killed between commit and publish loses nothing, and a
+//! handler's run alive, a chimed killed between commit and publish loses nothing, a
 //! store that falls behind the broker does not make the reconciler publish confirmed
-//! tasks again.
+//! tasks again, and neither does a result collector behind the reply queue.
 
 use std::time::Duration;
 
+use chime_consumer::protocol::{
+    AckMessage, BatchKind, PROTOCOL_VERSION, Reply, ReplyBatch, ResultMessage, TaskMessage,
+    TaskOutcome, topology,
+};
 use chime_tests::{
     TestConsumer,
     api::{metric, metric_total},
@@ -573,7 +577,8 @@ async fn a_confirmed_run_waiting_for_its_mark_is_not_published_again() {
         Duration::from_secs(20),
         || async {
             let m = api.metrics().await;
-            (metric(&m, "chime_republishes_withheld_total") >= 5.0).then_some(())
+            (metric(&m, r#"chime_republishes_withheld_total{reason="unmarked"}"#) >= 5.0)
+                .then_some(())
         },
     )
     .await;
@@ -598,4 +603,93 @@ async fn a_confirmed_run_waiting_for_its_mark_is_not_published_again() {
         "nothing was published again:\n{m}"
     );
     assert_eq!(metric(&m, "chime_dispatch_unmarked"), 0.0, "{m}");
+}
+
+/// A consumer answered in time, but the result collector cannot write the answer yet
+/// (here the store is locked; under overload it is a queue of replies ahead of it) when
+/// the ack timeout passes: the reconciler waits for the collector instead of publishing
+/// the task again, and the run succeeds on its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_the_collector_has_not_applied_is_not_taken_for_a_lost_task() {
+    let s = Setup::with_env(StoreKind::Sqlite, &[("CHIME_RECONCILE_INTERVAL", "100ms")]).await;
+    let api = &s.chimed.api;
+    let queue = "chime.group.answered";
+    let job = api
+        .create_job(hourly("answered", "answered", json!({"ack_timeout": "1s"})))
+        .await;
+    let run_id = id(&api.trigger(&id(&job)).await);
+    api.wait_run(&run_id, "the run to be dispatched", |r| {
+        r["state"] == "dispatched"
+    })
+    .await;
+    let task = s.vhost.get(queue).await.expect("the task in its queue");
+    let task = TaskMessage::from_slice(&task).expect("a task message");
+    let mut writer = SqliteConnection::connect(s.db.url()).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    let now = Utc::now();
+    let answer = ReplyBatch {
+        v: PROTOCOL_VERSION,
+        kind: BatchKind::Batch,
+        replies: vec![
+            Reply::Ack(AckMessage {
+                v: PROTOCOL_VERSION,
+                task_id: task.task_id,
+                attempt: task.attempt,
+                consumer: "in-time".into(),
+                acked_at: now,
+            }),
+            Reply::Result(ResultMessage {
+                v: PROTOCOL_VERSION,
+                task_id: task.task_id,
+                attempt: task.attempt,
+                consumer: "in-time".into(),
+                finished_at: now,
+                replayed: false,
+                outcome: TaskOutcome::Succeeded { output: None },
+            }),
+        ],
+    };
+    s.vhost
+        .publish(
+            topology::REPLY_EXCHANGE,
+            topology::REPLY_ROUTING_KEY,
+            &serde_json::to_vec(&answer).unwrap(),
+        )
+        .await;
+    let ran = api.run(&run_id).await;
+    assert!(
+        time(&ran["dispatched_at"]) + Duration::from_secs(1) > Utc::now(),
+        "the answer went out before the ack timeout: {ran}"
+    );
+    wait::until(
+        "several reconciler passes to find the run overdue and leave it alone",
+        Duration::from_secs(20),
+        || async {
+            let m = api.metrics().await;
+            (metric(
+                &m,
+                r#"chime_republishes_withheld_total{reason="replies_pending"}"#,
+            ) >= 5.0)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(api.run(&run_id).await["state"], "dispatched");
+    sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    let done = api
+        .wait_run(&run_id, "the answer to be applied", |r| {
+            r["state"] == "succeeded"
+        })
+        .await;
+    assert_eq!(done["attempt"], 1, "answered on its first attempt: {done}");
+    let m = api.metrics().await;
+    assert_eq!(
+        metric_total(&m, "chime_republishes_total"),
+        0.0,
+        "nothing was published again:\n{m}"
+    );
+    assert_eq!(s.vhost.queue_state(queue).await.0, 0, "no second copy");
 }
