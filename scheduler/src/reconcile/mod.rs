@@ -434,12 +434,14 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Runs a pass at once (taking everything a previous process left), then every
-    /// `interval` until `cancel` fires; on gaining shards, passes over them at once.
+    /// Runs a pass at once (taking everything a previous process left), another as
+    /// soon as the collector's first probe is back, then every `interval` until
+    /// `cancel` fires; on gaining shards, passes over them at once.
     pub async fn run(self, cancel: CancellationToken) {
         let mut leases = self.ownership.subscribe();
         let mut known: BTreeSet<u32> = BTreeSet::new();
         let mut started = false;
+        let mut probe_seen = false;
         let mut next_pass = tokio::time::Instant::now();
         loop {
             let held: BTreeSet<u32> = self.ownership.current().shards().collect();
@@ -474,6 +476,12 @@ impl Reconciler {
                 }
                 () = tokio::time::sleep_until(next_pass) => {}
                 Ok(()) = leases.changed() => {}
+                // The first pass ran before the collector knew how far it had read, and
+                // judged no deadline: judge them now rather than an interval later.
+                () = self.replies.first_probe(), if !probe_seen => {
+                    probe_seen = true;
+                    next_pass = tokio::time::Instant::now();
+                }
             }
         }
     }

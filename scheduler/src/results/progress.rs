@@ -25,7 +25,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use lapin::BasicProperties;
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
+use tokio::{sync::Notify, time::Instant};
 use tracing::{info, warn};
 
 use crate::telemetry;
@@ -72,6 +72,8 @@ impl Probe {
 #[derive(Debug, Clone)]
 pub struct ReplyProgress {
     inner: Arc<Mutex<Applied>>,
+    /// Woken when a probe is applied.
+    probe_applied: Arc<Notify>,
 }
 
 /// The newest probe applied, and when.
@@ -99,6 +101,18 @@ impl ReplyProgress {
                 at: Instant::now(),
                 stale: false,
             })),
+            probe_applied: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Waits until the first probe is applied: until then no deadline is judged.
+    pub async fn first_probe(&self) {
+        loop {
+            let applied = self.probe_applied.notified();
+            if self.lock().newest.is_some() {
+                return;
+            }
+            applied.await;
         }
     }
 
@@ -114,6 +128,8 @@ impl ReplyProgress {
             applied.stale = false;
             info!("reply probes come back again; ack and run deadlines wait for the collector");
         }
+        drop(applied);
+        self.probe_applied.notify_waiters();
         let lag = (now - sent_at).to_std().unwrap_or_default();
         metrics::gauge!(telemetry::REPLY_LAG).set(lag.as_secs_f64());
     }
@@ -213,6 +229,26 @@ mod tests {
         progress.applied(at(20));
         progress.applied(at(15));
         assert_eq!(progress.judged_until(at(30)), at(20));
+    }
+
+    #[tokio::test]
+    async fn the_first_probe_wakes_its_waiters() {
+        let progress = ReplyProgress::new();
+        let waiting = tokio::spawn({
+            let progress = progress.clone();
+            async move { progress.first_probe().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        progress.applied(at(5));
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the probe")
+            .unwrap();
+        // Once one is applied, it returns at once.
+        tokio::time::timeout(Duration::from_secs(5), progress.first_probe())
+            .await
+            .expect("already applied");
     }
 
     #[test]
