@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use chime_scheduler::telemetry::REPUBLISHES;
+use chime_scheduler::telemetry::{REPLY_LAG, REPUBLISHES, REPUBLISHES_WITHHELD};
 use chrono::Utc;
 use serde_json::json;
 
-use crate::api::metric_total;
+use crate::api::{metric, metric_total};
 use crate::bench::{
     Backend, bounded,
     disk::DiskWatch,
@@ -84,7 +84,15 @@ pub async fn run(
     let records = stage.db.runs_between(start, end).await?;
     // A run the reconciler publishes again was not settled within `republish_after` or
     // its ack timeout: `chimed` fell behind even if every task reached the consumer.
-    let republished = metric_total(&chimed.api.metrics().await, REPUBLISHES) as u64;
+    let metrics = chimed.api.metrics().await;
+    let republished = metric_total(&metrics, REPUBLISHES) as u64;
+    // Deadlines the reconciler left alone because their replies may still have been
+    // queued, and how far behind the reply queue the collector was at the end.
+    let withheld_for_replies = metric(
+        &metrics,
+        &format!(r#"{REPUBLISHES_WITHHELD}{{reason="replies_pending"}}"#),
+    );
+    let reply_lag_s = metric(&metrics, REPLY_LAG);
     let body_len = probe.body_len();
     probe.stop().await;
     chimed.stop().await;
@@ -135,6 +143,8 @@ pub async fn run(
         outcome.metric("consume_p99_vs_ceiling", p99 / broker.p99_ms);
     }
     outcome.metric("republished_runs", republished);
+    outcome.metric("withheld_for_replies", withheld_for_replies);
+    outcome.metric("reply_lag_s_at_end", reply_lag_s);
     outcome.metric(
         "kept_up",
         short == 0 && p99 <= KEEP_UP_P99_MS && republished == 0,
