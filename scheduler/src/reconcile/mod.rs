@@ -81,13 +81,16 @@ enum PassKind {
     Start,
     /// This node just gained shards.
     Takeover,
+    /// The first pass after the collector's first progress probe came back: the start
+    /// pass judged no ack or run deadline, so this one walks them all.
+    FirstProbe,
 }
 
 impl PassKind {
     /// The `reason` label of the re-publishes of `scheduled` runs.
     fn reason(self) -> &'static str {
         match self {
-            PassKind::Periodic | PassKind::Start => "unconfirmed",
+            PassKind::Periodic | PassKind::Start | PassKind::FirstProbe => "unconfirmed",
             PassKind::Takeover => "takeover",
         }
     }
@@ -230,7 +233,9 @@ impl Reconciler {
                 if item.run.mode == DeliveryMode::Broadcast
                     && matches!(item.run.state, RunState::Dispatched | RunState::Acked)
                 {
-                    self.settle_broadcast(item, now, &mut report, &mut dead)
+                    // Judged as of the collector's progress: an instance's receipt or
+                    // heartbeat may still be queued.
+                    self.settle_broadcast(item, judged_until, &mut report, &mut dead)
                         .await?;
                     continue;
                 }
@@ -298,12 +303,12 @@ impl Reconciler {
                     "reconciled overdue runs"
                 );
             }
-            // A takeover walks every page (the cursor steps past re-published `scheduled`
-            // runs, which stay overdue until confirmed). A periodic pass goes on while its
-            // pages only held runs it moved on (timeouts, retries: they leave the overdue
-            // set, so the work follows the overdue runs); a page that re-published any, or
-            // left any waiting for a mark or a reply, leaves the rest to the next pass, so
-            // an outage is not re-read every second.
+            // A start, takeover or first-probe pass walks every page (the cursor steps
+            // past re-published `scheduled` runs, which stay overdue until confirmed). A
+            // periodic pass goes on only while its pages handed nothing to the dispatcher
+            // (republished or next attempt) and left nothing waiting for a mark or a
+            // reply: it leaves the rest to the next pass, so an outage is not re-read
+            // every second and at most a page a second goes out again.
             let moved_on = (
                 report.republished(),
                 report.awaiting_mark,
@@ -442,6 +447,7 @@ impl Reconciler {
         let mut known: BTreeSet<u32> = BTreeSet::new();
         let mut started = false;
         let mut probe_seen = false;
+        let mut first_probe_pass = false;
         let mut next_pass = tokio::time::Instant::now();
         loop {
             let held: BTreeSet<u32> = self.ownership.current().shards().collect();
@@ -457,14 +463,15 @@ impl Reconciler {
                     }
                 }
             }
-            if tokio::time::Instant::now() >= next_pass {
+            if tokio::time::Instant::now() >= next_pass || first_probe_pass {
                 // The first pass takes over what a previous process left.
                 let shards = self.ownership.shard_filter();
-                let kind = if started {
-                    PassKind::Periodic
-                } else {
-                    PassKind::Start
+                let kind = match (started, first_probe_pass) {
+                    (false, _) => PassKind::Start,
+                    (true, true) => PassKind::FirstProbe,
+                    (true, false) => PassKind::Periodic,
                 };
+                first_probe_pass = false;
                 // A failed first pass is repeated as a first pass.
                 started |= self.report(self.pass(kind, shards.as_deref()).await);
                 next_pass = tokio::time::Instant::now() + self.settings.interval;
@@ -480,7 +487,7 @@ impl Reconciler {
                 // judged no deadline: judge them now rather than an interval later.
                 () = self.replies.first_probe(), if !probe_seen => {
                     probe_seen = true;
-                    next_pass = tokio::time::Instant::now();
+                    first_probe_pass = true;
                 }
             }
         }
@@ -503,7 +510,7 @@ impl Reconciler {
 fn unconfirmed_cutoff(settings: &ReconcileSettings, kind: PassKind) -> chrono::Duration {
     let bounded = |d: Duration| chrono::Duration::from_std(d).expect("bounded setting");
     match kind {
-        PassKind::Periodic => -bounded(settings.republish_after),
+        PassKind::Periodic | PassKind::FirstProbe => -bounded(settings.republish_after),
         PassKind::Start | PassKind::Takeover => bounded(settings.armed_ahead + CLOCK_SKEW),
     }
 }

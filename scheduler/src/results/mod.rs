@@ -13,9 +13,11 @@
 //!   dead-letter good replies during a database failover.
 //! - A reply the store refuses as data is dead-lettered with its message and counted
 //!   like a malformed one; the rest of the batch is applied message by message.
-//! - Every probe interval it drops a probe into the reply queue, and notes in
-//!   [`ReplyProgress`] how far through the queue it has got when the probe is applied
-//!   ([`progress`]), so the reconciler does not judge an ack late while it waits here.
+//! - Every probe interval it drops a probe into the reply queue (from a connection of
+//!   its own: RabbitMQ blocks publishing connections under a resource alarm, and the
+//!   consumer's must keep draining), and notes in [`ReplyProgress`] how far through the
+//!   queue it has got when the probe is applied ([`progress`]), so the reconciler does
+//!   not judge an ack late while it waits here.
 
 mod progress;
 mod validate;
@@ -31,11 +33,10 @@ use lapin::{
     message::Delivery,
     options::{
         BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
-        BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
+        BasicQosOptions, BasicRejectOptions,
     },
     types::FieldTable,
 };
-use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -83,7 +84,7 @@ pub struct ResultCollector {
     probes: Probes,
 }
 
-/// How the collector measures its progress through the reply queue.
+/// How the collector measures its progress through the reply queue (see [`progress`]).
 #[derive(Debug, Clone)]
 pub struct Probes {
     /// The node stamped on its probes.
@@ -104,13 +105,26 @@ impl ResultCollector {
         }
     }
 
-    /// Consumes until `cancel` fires, reconnecting with backoff after broker failures.
+    /// Consumes until `cancel` fires, reconnecting with backoff after broker failures,
+    /// and sends progress probes beside it.
     pub async fn run(self, cancel: CancellationToken) {
+        tokio::join!(
+            self.collect(&cancel),
+            progress::send_probes(
+                &self.amqp_url,
+                &self.probes.node,
+                self.probes.interval,
+                &cancel
+            ),
+        );
+    }
+
+    async fn collect(&self, cancel: &CancellationToken) {
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         while let Some(connection) =
-            broker::connect_with_backoff(&self.amqp_url, "results", &cancel).await
+            broker::connect_with_backoff(&self.amqp_url, "results", cancel).await
         {
-            let end = self.session(&connection, &cancel, &mut backoff).await;
+            let end = self.session(&connection, cancel, &mut backoff).await;
             let _ = connection
                 .close(200, "chimed result collector stopping".into())
                 .await;
@@ -136,15 +150,9 @@ impl ResultCollector {
     ) -> Result<(), String> {
         let (channel, mut consumer) = open_consumer(connection).await.map_err(|e| e.to_string())?;
         info!(queue = topology::REPLY_QUEUE, "collecting results");
-        let mut probes = tokio::time::interval(self.probes.interval);
-        probes.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 next = consumer.next() => next,
-                _ = probes.tick() => {
-                    self.send_probe(&channel).await;
-                    continue;
-                }
                 () = cancel.cancelled() => {
                     let _ = channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()).await;
                     let _ = channel.close(200, "chimed shutting down".into()).await;
@@ -177,24 +185,6 @@ impl ResultCollector {
                 return Err(error);
             }
             backoff.reset();
-        }
-    }
-
-    /// Publishes a progress probe into the reply queue. A probe lost with the channel
-    /// only delays the next judgement of deadlines, so it is not confirmed.
-    async fn send_probe(&self, channel: &Channel) {
-        let (body, properties) = progress::Probe::message(&self.probes.node);
-        if let Err(error) = channel
-            .basic_publish(
-                topology::REPLY_EXCHANGE.into(),
-                topology::REPLY_ROUTING_KEY.into(),
-                BasicPublishOptions::default(),
-                &body,
-                properties,
-            )
-            .await
-        {
-            debug!(%error, "could not send a reply-queue probe");
         }
     }
 

@@ -8,8 +8,9 @@
 //! So the collector drops a probe into the reply queue every `interval`, stamped with
 //! this node's clock. The queue is first in, first out, and the collector applies its
 //! deliveries in order, so once a probe stamped `t` is applied, every reply published
-//! before `t` has been taken off the queue (by this node, or by another node's collector
-//! when several share the queue). The reconciler judges ack and run deadlines up to that
+//! before `t` has been taken off the queue: applied by this node, or handed to another
+//! node's collector when several share the queue (which may still hold up to its
+//! prefetch, 250, unapplied). The reconciler judges ack and run deadlines up to that
 //! `t`, not up to now: a deadline that passed while its reply may still be queued waits.
 //!
 //! The price is a deadline judged up to one probe interval (the reconcile interval) plus
@@ -22,13 +23,18 @@ use std::{
     time::Duration,
 };
 
+use chime_consumer::protocol::topology;
 use chrono::{DateTime, Utc};
-use lapin::BasicProperties;
+use lapin::{BasicProperties, Channel, options::BasicPublishOptions};
 use serde::{Deserialize, Serialize};
-use tokio::{sync::Notify, time::Instant};
-use tracing::{info, warn};
+use tokio::{
+    sync::Notify,
+    time::{Instant, MissedTickBehavior},
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
 
-use crate::telemetry;
+use crate::{broker, telemetry};
 
 /// The AMQP `type` of a probe; consumers never send it.
 pub const PROBE_TYPE: &str = "chime.reply_probe";
@@ -65,6 +71,62 @@ impl Probe {
     ) -> Option<Result<Self, serde_json::Error>> {
         (properties.kind().as_ref().map(|kind| kind.as_str()) == Some(PROBE_TYPE))
             .then(|| serde_json::from_slice(body))
+    }
+}
+
+/// Publishes a probe stamped by `node` into the reply queue every `interval` until
+/// `cancel`, over a connection of its own, reconnecting after failures. Probes are not
+/// confirmed: a lost one only delays the next judgement of deadlines.
+pub async fn send_probes(
+    amqp_url: &str,
+    node: &str,
+    interval: Duration,
+    cancel: &CancellationToken,
+) {
+    while let Some(connection) =
+        broker::connect_with_backoff(amqp_url, "reply-probes", cancel).await
+    {
+        let error = match connection.create_channel().await {
+            Ok(channel) => probe_until_error(&channel, node, interval, cancel).await,
+            Err(error) => Some(error),
+        };
+        let _ = connection.close(200, "chimed stopping".into()).await;
+        let Some(error) = error else { return };
+        debug!(%error, "lost the reply-probe connection; reconnecting");
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = cancel.cancelled() => return,
+        }
+    }
+}
+
+/// Probes every `interval` until `cancel` (None) or a publish fails.
+async fn probe_until_error(
+    channel: &Channel,
+    node: &str,
+    interval: Duration,
+    cancel: &CancellationToken,
+) -> Option<lapin::Error> {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = cancel.cancelled() => return None,
+        }
+        let (body, properties) = Probe::message(node);
+        if let Err(error) = channel
+            .basic_publish(
+                topology::REPLY_EXCHANGE.into(),
+                topology::REPLY_ROUTING_KEY.into(),
+                BasicPublishOptions::default(),
+                &body,
+                properties,
+            )
+            .await
+        {
+            return Some(error);
+        }
     }
 }
 
@@ -120,10 +182,13 @@ impl ReplyProgress {
     pub fn applied(&self, sent_at: DateTime<Utc>) {
         let now = Utc::now();
         let mut applied = self.lock();
-        applied.at = Instant::now();
-        if applied.newest.is_none_or(|newest| sent_at > newest) {
-            applied.newest = Some(sent_at);
+        // An older probe (one replayed from the dead-letter queue, or a clock stepped
+        // back) is no sign of progress.
+        if applied.newest.is_some_and(|newest| sent_at <= newest) {
+            return;
         }
+        applied.newest = Some(sent_at);
+        applied.at = Instant::now();
         if applied.stale {
             applied.stale = false;
             info!("reply probes come back again; ack and run deadlines wait for the collector");
