@@ -14,9 +14,10 @@
 //! `t`, not up to now: a deadline that passed while its reply may still be queued waits.
 //!
 //! The price is a deadline judged up to one probe interval (the reconcile interval) plus
-//! the queue's delay late. If no probe comes back for [`STALE_AFTER`] (the collector
-//! stuck, or probes not getting through), deadlines are judged by the clock again, so a
-//! lost task is never held up for good.
+//! the queue's delay late. If no newer probe is applied for [`STALE_AFTER`] (the
+//! collector stuck, or probes not getting through), deadlines are judged by the clock
+//! again, so a lost task is never held up for good. Nodes' clocks are taken to agree
+//! within a second, as elsewhere in the cluster.
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
@@ -38,7 +39,7 @@ use crate::{broker, telemetry};
 
 /// The AMQP `type` of a probe; consumers never send it.
 pub const PROBE_TYPE: &str = "chime.reply_probe";
-/// After this long without a probe applied, deadlines are judged by the clock.
+/// After this long without a newer probe applied, deadlines are judged by the clock.
 pub const STALE_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// A probe's body.
@@ -142,7 +143,7 @@ pub struct ReplyProgress {
 #[derive(Debug)]
 struct Applied {
     newest: Option<DateTime<Utc>>,
-    /// When a probe was last applied (or the progress was created).
+    /// When the newest probe was applied (or the progress was created).
     at: Instant,
     /// Whether deadlines are judged by the clock because no probe came back.
     stale: bool,
