@@ -145,10 +145,12 @@ pub(super) async fn delete(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let uuid = parse_id(&id)?;
-    if !state.store().delete_job(uuid).await? {
+    let change = state.inner.dispatch.begin_change(uuid);
+    let deleted = state.store().delete_job(uuid).await;
+    state.inner.timer.change_done(change);
+    if !deleted? {
         return Err(ApiError::job_not_found(&id));
     }
-    state.inner.timer.job_changed(uuid);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -228,7 +230,7 @@ async fn set_paused(
     Ok(Json(JobResponse::from(&stored)))
 }
 
-/// Stores a new definition of `current` and tells the timer.
+/// Stores a new definition of `current` and tells the timer and dispatcher.
 async fn change(
     state: &AppState,
     current: &Job,
@@ -236,13 +238,16 @@ async fn change(
     spec: JobSpec,
 ) -> Result<Job, ApiError> {
     let set_next_fire = reschedules(&current.spec, &spec);
-    let updated = current.updated(spec, Utc::now());
+    // Begun before the transaction: this node's dispatcher holds the job's due tasks
+    // until the change is through, and fires after its instant are the change's.
+    let change = state.inner.dispatch.begin_change(current.id);
+    let updated = current.updated(spec, change.since());
     let stored = state
         .store()
         .update_job(&updated, expected, set_next_fire)
-        .await?;
-    state.inner.timer.job_changed(stored.id);
-    Ok(stored)
+        .await;
+    state.inner.timer.change_done(change);
+    Ok(stored?)
 }
 
 async fn load(state: &AppState, id: &str) -> Result<Job, ApiError> {

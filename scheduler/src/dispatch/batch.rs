@@ -48,6 +48,7 @@ impl Dispatcher {
     ) -> Result<Option<InFlight>, Broken> {
         let take = self.pending.len().min(MAX_BATCH);
         let batch: Vec<Outgoing> = self.pending.drain(..take).collect();
+        let batch = self.park_changing(batch);
         let batch = self.drop_unowned(batch);
         let batch = self.withdraw_stale(batch).await;
         if batch.is_empty() {

@@ -12,7 +12,8 @@
 //!
 //! No task is published before its fire time: fires armed ahead of time are held
 //! ([`held`]) until then. When a job changes, its held tasks are checked against the
-//! store before they go out (the change may have withdrawn them).
+//! store before they go out (the change may have withdrawn them), and while a change made
+//! on this node is in progress its job's due tasks wait for it ([`changes`]).
 //!
 //! Scheduled fires and re-publishes are *fenced*: they are published only while this node
 //! still trusts the lease of the job's shard, checked just before each task goes out. A
@@ -21,10 +22,12 @@
 //! shards it lost.
 
 mod batch;
+mod changes;
 mod held;
 mod marker;
 mod observed;
 
+pub use changes::ChangeGuard;
 pub use observed::ObserverCopies;
 
 use std::{
@@ -41,7 +44,7 @@ use futures_util::{StreamExt, stream::FuturesUnordered};
 use lapin::{Channel, Connection, options::ConfirmSelectOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use chime_consumer::backoff::Backoff;
@@ -50,6 +53,7 @@ use chime_consumer::protocol::TaskMessage;
 
 use crate::{broker, cluster::Ownership, store::Store, telemetry};
 use batch::{Broken, InFlight};
+use changes::Changes;
 use held::Held;
 use marker::{Marker, Unmarked};
 use observed::ObservedTopics;
@@ -88,7 +92,9 @@ pub struct Outgoing {
 #[derive(Debug)]
 enum Command {
     Publish(Box<Outgoing>),
-    JobChanged(Uuid),
+    /// The job changed; a change made on this node comes with its guard, lifted once the
+    /// job's waiting tasks are marked for a check.
+    JobChanged(Uuid, Option<ChangeGuard>),
 }
 
 /// Hands tasks to the dispatcher. Cheap to clone.
@@ -97,6 +103,7 @@ pub struct DispatchHandle {
     tx: mpsc::UnboundedSender<Command>,
     connected: Arc<AtomicBool>,
     unmarked: Arc<Unmarked>,
+    changes: Arc<Changes>,
 }
 
 impl DispatchHandle {
@@ -117,10 +124,17 @@ impl DispatchHandle {
         self.send(tasks, false, true);
     }
 
+    /// Begins a change of `job` on this node: until the guard comes back through
+    /// [`DispatchHandle::job_changed`] (or is dropped), the job's due tasks are held back.
+    /// Call before the change's transaction, and use [`ChangeGuard::since`] as its instant.
+    pub fn begin_change(&self, job: Uuid) -> ChangeGuard {
+        ChangeGuard::begin(job, self.changes.clone(), self.tx.clone())
+    }
+
     /// The job changed: its tasks still waiting are checked against the store before
-    /// they are published.
-    pub fn job_changed(&self, job: Uuid) {
-        let _ = self.tx.send(Command::JobChanged(job));
+    /// they are published. `change` is the guard of a change made on this node.
+    pub fn job_changed(&self, job: Uuid, change: Option<ChangeGuard>) {
+        let _ = self.tx.send(Command::JobChanged(job, change));
     }
 
     fn send(&self, tasks: impl IntoIterator<Item = TaskMessage>, first: bool, fenced: bool) {
@@ -158,6 +172,10 @@ pub struct Dispatcher {
     pending: VecDeque<Outgoing>,
     /// Tasks armed ahead of their fire time.
     held: Held,
+    /// Due tasks whose job is being changed on this node, waiting for the change.
+    parked: Vec<Outgoing>,
+    /// Changes in progress on this node, shared with the handles.
+    changes: Arc<Changes>,
     /// Ids pending, held or in flight, so a re-submission is not published twice.
     queued: HashSet<Uuid>,
     /// Tasks published and awaiting their confirms.
@@ -185,10 +203,12 @@ impl Dispatcher {
         let (tx, rx) = mpsc::unbounded_channel();
         let connected = Arc::new(AtomicBool::new(false));
         let unmarked = Arc::new(Unmarked::default());
+        let changes = Arc::new(Changes::default());
         let handle = DispatchHandle {
             tx,
             connected: connected.clone(),
             unmarked: unmarked.clone(),
+            changes: changes.clone(),
         };
         let dispatcher = Self {
             observed: ObservedTopics::start(store.clone(), observer_copies),
@@ -199,6 +219,8 @@ impl Dispatcher {
             connected,
             pending: VecDeque::new(),
             held: Held::default(),
+            parked: Vec::new(),
+            changes,
             queued: HashSet::new(),
             in_flight: 0,
             declared: HashSet::new(),
@@ -265,9 +287,9 @@ impl Dispatcher {
             }
         }
         self.absorb_submissions();
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || !self.parked.is_empty() {
             warn!(
-                unpublished = self.pending.len(),
+                unpublished = self.pending.len() + self.parked.len(),
                 "stopping without a broker; these runs stay scheduled and are published after restart"
             );
         }
@@ -299,7 +321,7 @@ impl Dispatcher {
                         .await;
                 if !matches!(drained, Ok(Ok(()))) {
                     warn!(
-                        unconfirmed = self.pending.len() + self.in_flight,
+                        unconfirmed = self.pending.len() + self.parked.len() + self.in_flight,
                         "shutdown before every task was confirmed; they stay scheduled"
                     );
                 }
@@ -398,15 +420,25 @@ impl Dispatcher {
     fn command(&mut self, command: Command) {
         match command {
             Command::Publish(outgoing) => self.enqueue(*outgoing),
-            Command::JobChanged(job) => {
+            Command::JobChanged(job, change) => {
                 let mut marked = self.held.recheck_job(job);
-                for outgoing in self.pending.iter_mut().filter(|o| o.task.job_id == job) {
+                for outgoing in self
+                    .pending
+                    .iter_mut()
+                    .chain(self.parked.iter_mut())
+                    .filter(|o| o.task.job_id == job)
+                {
                     outgoing.recheck = true;
                     marked += 1;
                 }
                 if marked > 0 {
                     info!(%job, tasks = marked, "job changed; its waiting tasks are checked before publishing");
                 }
+                // Only now, with every waiting task of the job marked, may they go out.
+                if let Some(change) = change {
+                    change.lift();
+                }
+                self.unpark(job);
             }
         }
     }
@@ -435,6 +467,32 @@ impl Dispatcher {
         }
     }
 
+    /// Sets aside the tasks whose job is being changed on this node; returns the rest,
+    /// free to go out.
+    fn park_changing(&mut self, batch: Vec<Outgoing>) -> Vec<Outgoing> {
+        let (free, changing) = self.changes.split(batch, |o| o.task.job_id);
+        if !changing.is_empty() {
+            debug!(
+                tasks = changing.len(),
+                "tasks wait for their job's change to commit"
+            );
+            self.parked.extend(changing);
+        }
+        free
+    }
+
+    /// Returns `job`'s parked tasks to the queue once no change of it is in progress.
+    fn unpark(&mut self, job: Uuid) {
+        if self.parked.is_empty() || self.changes.is_changing(job) {
+            return;
+        }
+        let (back, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|o| o.task.job_id == job);
+        self.parked = still;
+        self.pending.extend(back);
+    }
+
     /// Moves the armed tasks whose fire time came into `pending`.
     fn release_due(&mut self) {
         let released = self.held.release(Utc::now());
@@ -460,7 +518,7 @@ impl Dispatcher {
 
     fn report_sizes(&self) {
         metrics::gauge!(telemetry::DISPATCH_PENDING)
-            .set((self.pending.len() + self.in_flight) as f64);
+            .set((self.pending.len() + self.parked.len() + self.in_flight) as f64);
         metrics::gauge!(telemetry::DISPATCH_ARMED).set(self.held.len() as f64);
     }
 

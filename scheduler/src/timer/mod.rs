@@ -39,7 +39,7 @@ use chime_consumer::backoff::Backoff;
 
 use crate::{
     cluster::{Leases, Ownership},
-    dispatch::DispatchHandle,
+    dispatch::{ChangeGuard, DispatchHandle},
     domain::Job,
     store::{DueCursor, Firing, Store, StoreError},
     telemetry,
@@ -56,9 +56,10 @@ const REFILL_PAGE: u32 = 1000;
 const UNPROVEN_RETRY: chrono::Duration = chrono::Duration::milliseconds(500);
 
 /// What the timer is told.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 enum Notice {
-    Job(Uuid),
+    /// The job changed; a change made on this node comes with its guard.
+    Job(Uuid, Option<ChangeGuard>),
     Everything,
 }
 
@@ -72,7 +73,14 @@ impl TimerHandle {
     /// The job was created, changed (including pause and resume) or deleted; call after
     /// the change committed.
     pub fn job_changed(&self, id: Uuid) {
-        let _ = self.tx.send(Notice::Job(id));
+        let _ = self.tx.send(Notice::Job(id, None));
+    }
+
+    /// A change begun on this node (see [`DispatchHandle::begin_change`]) committed or
+    /// failed. The guard goes on to the dispatcher after any fire this timer recorded
+    /// before hearing of the change, so those tasks are checked too.
+    pub fn change_done(&self, change: ChangeGuard) {
+        let _ = self.tx.send(Notice::Job(change.job(), Some(change)));
     }
 
     /// Changes may have been missed: reload the whole window.
@@ -185,7 +193,7 @@ impl Timer {
                 biased;
                 () = cancel.cancelled() => return,
                 Some(notice) = self.rx.recv() => match notice {
-                    Notice::Job(job) => self.reload(job).await,
+                    Notice::Job(job, change) => self.reload(job, change).await,
                     Notice::Everything => next_refill = Instant::now(),
                 },
                 Ok(()) = leases.changed() => {}
@@ -336,10 +344,10 @@ impl Timer {
 
     /// Takes a changed job's stored state. If the store cannot say, the job is woken soon
     /// and the fire transaction, which reads the row, decides.
-    async fn reload(&mut self, job: Uuid) {
+    async fn reload(&mut self, job: Uuid, change: Option<ChangeGuard>) {
         // Whatever the change, the tasks already armed for this job are checked against
         // the store again before they go out (the change may have withdrawn them).
-        self.dispatch.job_changed(job);
+        self.dispatch.job_changed(job, change);
         match self.store.get_job(job).await {
             Ok(stored) => self.apply(job, stored.as_ref().and_then(Job::timer_entry), true),
             Err(error) => {

@@ -2,10 +2,15 @@
 
 use std::time::Duration;
 
-use chime_tests::{TestConsumer, api::in_state, wait};
+use chime_tests::{
+    TestConsumer,
+    api::{in_state, metric},
+    wait,
+};
 use chrono::{DateTime, Utc};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+use sqlx::{Connection, SqliteConnection};
 
 use crate::{
     per_store,
@@ -204,8 +209,9 @@ async fn pause_resume_trigger_and_delete(kind: StoreKind) {
     assert!(
         runs.iter().filter(|r| r["trigger"] == "schedule").all(|r| {
             let t = time(&r["fire_time"]);
-            // A fire committed while the pause was being written may carry a later time.
-            t <= paused_at + chrono::Duration::seconds(1) || t > resumed_at
+            // Fires armed after the pause's instant were withdrawn by it, even one
+            // recorded while the pause waited for the store.
+            t <= paused_at || t > resumed_at
         }),
         "no scheduled fire falls in the paused interval, and none is replayed after resume"
     );
@@ -224,6 +230,81 @@ async fn pause_resume_trigger_and_delete(kind: StoreKind) {
     assert_eq!(late, 0, "a deleted job stops firing");
     let (status, _) = api.call(Method::GET, &format!("/v1/jobs/{id}"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// A pause that waits for the database (here a test holds SQLite's write lock) while its
+/// job's armed fires come due: those fires are held back until the pause is through and
+/// then withdrawn by it. Nothing reaches the queue without its run, so no consumer's
+/// answer can name a run the change deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fires_due_while_a_change_waits_for_the_store_wait_for_it() {
+    let s = Setup::new(StoreKind::Sqlite).await;
+    let api = &s.chimed.api;
+    let queue = "chime.group.held-back";
+    let job = api
+        .create_job(every_second("held", "held-back", json!(null)))
+        .await;
+    let id = job["id"].as_str().unwrap().to_string();
+    // Once a fire has gone out, the next ones are armed ahead of their time.
+    wait::until("a dispatched run", Duration::from_secs(15), || async {
+        let runs = api.runs(&id).await;
+        (!in_state(&runs, "dispatched").is_empty()).then_some(())
+    })
+    .await;
+    let mut writer = SqliteConnection::connect(s.db.url()).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    let armed_before_the_lock: Vec<Value> = api
+        .runs(&id)
+        .await
+        .into_iter()
+        .filter(|r| r["state"] == "scheduled")
+        .collect();
+    let pause = format!("/v1/jobs/{id}/pause");
+    let ((status, paused), ()) = tokio::join!(api.call(Method::POST, &pause, None), async {
+        // Long enough for every fire armed before the lock to come due.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    });
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    let paused_at = time(&paused["updated_at"]);
+    assert!(
+        armed_before_the_lock
+            .iter()
+            .any(|r| time(&r["fire_time"]) > paused_at),
+        "a fire was armed to come due while the pause waited: {armed_before_the_lock:?}"
+    );
+    let runs = api.runs(&id).await;
+    assert!(
+        runs.iter().all(|r| time(&r["fire_time"]) <= paused_at),
+        "the pause withdrew the fires after it: {runs:?}"
+    );
+    wait::until(
+        "the held-back tasks to be withdrawn",
+        Duration::from_secs(10),
+        || async {
+            let m = api.metrics().await;
+            (metric(&m, "chime_dispatch_withdrawn_total") >= 1.0).then_some(())
+        },
+    )
+    .await;
+    let mut published = 0;
+    while let Some(body) = s.vhost.get(queue).await {
+        let task: Value = serde_json::from_slice(&body).expect("a task");
+        let run = task["task_id"].as_str().expect("a task id");
+        let (status, found) = api
+            .call(Method::GET, &format!("/v1/runs/{run}"), None)
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "a published task has its run: {task} {found}"
+        );
+        published += 1;
+    }
+    assert!(published >= 1, "the fires before the pause went out");
 }
 
 /// A task the broker cannot route (someone deleted the group's queue) is recorded on the
