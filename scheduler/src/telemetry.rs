@@ -10,6 +10,9 @@ use crate::config::LogFormat;
 
 /// Fires recorded, by `trigger` (`schedule`, `manual`).
 pub const FIRES: &str = "chime_fires_total";
+/// The timer's fire transactions; fires per transaction is `chime_fires_total` over
+/// this.
+pub const FIRE_TRANSACTIONS: &str = "chime_fire_transactions_total";
 /// Jobs found to have missed fires, by `policy`.
 pub const MISFIRES: &str = "chime_misfires_total";
 /// Publish time minus scheduled fire time of first publishes, in seconds.
@@ -173,6 +176,10 @@ fn describe() {
         FIRE_LATENESS,
         Unit::Seconds,
         "Publish time minus scheduled fire time."
+    );
+    describe_counter!(
+        FIRE_TRANSACTIONS,
+        "The timer's store transactions that fired a batch of due jobs."
     );
     describe_counter!(PUBLISHES, "Task publishes, by outcome.");
     describe_counter!(REPLIES, "Consumer replies consumed, by kind and effect.");

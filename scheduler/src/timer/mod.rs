@@ -27,7 +27,11 @@
 
 pub mod queue;
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use chrono::{DateTime, Utc};
 use tokio::{sync::mpsc, time::Instant};
@@ -127,6 +131,10 @@ pub struct Timer {
     ahead: chrono::Duration,
     /// Every active job due before this instant is in `queue` (or being fired).
     horizon: Option<DateTime<Utc>>,
+    /// Jobs the store does not arm (`overlap: forbid`), with the fire time they wait
+    /// for. Armed jobs are taken up to a slice early; these only once their time has
+    /// come, since the store records nothing for them before it.
+    unarmed: HashMap<Uuid, DateTime<Utc>>,
     retry: Backoff,
 }
 
@@ -150,6 +158,7 @@ impl Timer {
             grace: chrono::Duration::from_std(settings.misfire_grace).expect("bounded grace"),
             ahead: chrono::Duration::from_std(settings.fire_ahead).expect("bounded fire_ahead"),
             horizon: None,
+            unarmed: HashMap::new(),
             retry: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
         };
         (TimerHandle { tx }, timer)
@@ -169,6 +178,8 @@ impl Timer {
                 let ownership = self.ownership.clone();
                 self.queue
                     .retain(|job| current.get(ownership.shard_of(job)).is_some());
+                self.unarmed
+                    .retain(|job, _| current.get(ownership.shard_of(*job)).is_some());
                 self.loaded_for = current;
                 next_refill = Instant::now();
             }
@@ -209,11 +220,13 @@ impl Timer {
     /// current slice); returns how many runs were recorded.
     pub async fn fire_due(&mut self, now: DateTime<Utc>) -> usize {
         let mut recorded = 0;
+        let mut not_yet = Vec::new();
         loop {
             let due = self.queue.pop_due(now + self.slice(), FIRE_BATCH);
             if due.is_empty() {
                 break;
             }
+            let due = self.not_before_their_time(due, &mut not_yet);
             let due = self.only_trusted(due, now);
             if due.is_empty() {
                 continue;
@@ -234,8 +247,33 @@ impl Timer {
                 }
             }
         }
+        for (job, at) in not_yet {
+            self.queue.set(job, Some(at));
+        }
         metrics::gauge!(telemetry::TIMER_JOBS).set(self.queue.len() as f64);
         recorded
+    }
+
+    /// Keeps the jobs that may be fired now; sets aside (into `not_yet`, to go back into
+    /// the queue once this round is over) unarmed jobs taken early with the slice. Fired
+    /// early, they would record nothing and come straight back, round after round.
+    fn not_before_their_time(
+        &self,
+        due: Vec<Uuid>,
+        not_yet: &mut Vec<(Uuid, DateTime<Utc>)>,
+    ) -> Vec<Uuid> {
+        if self.unarmed.is_empty() {
+            return due;
+        }
+        let now = Utc::now();
+        let mut ready = Vec::with_capacity(due.len());
+        for job in due {
+            match self.unarmed.get(&job) {
+                Some(at) if *at > now => not_yet.push((job, *at)),
+                _ => ready.push(job),
+            }
+        }
+        ready
     }
 
     /// One arming slice: jobs whose arm time falls within it are armed together.
@@ -274,6 +312,7 @@ impl Timer {
             .expect("bounded fire_ahead"),
         };
         let batch = self.store.fire(jobs, now, self.grace, &firing).await?;
+        metrics::counter!(telemetry::FIRE_TRANSACTIONS).increment(1);
         self.retry.reset();
         if !batch.fenced.is_empty() {
             warn!(
@@ -330,7 +369,9 @@ impl Timer {
                 .due_jobs(cursor, new_horizon, REFILL_PAGE, shards.as_deref())
                 .await?;
             for (job, at) in &page.jobs {
-                self.queue.set(*job, Some(arm_time(*at, self.ahead, true)));
+                let armable = self.unarmed.get(job) != Some(at);
+                self.queue
+                    .set(*job, Some(arm_time(*at, self.ahead, armable)));
             }
             match page.next {
                 Some(next) => cursor = next,
@@ -366,6 +407,10 @@ impl Timer {
             .get(self.ownership.shard_of(job))
             .is_some();
         let inside = at.filter(|at| held && self.horizon.is_some_and(|h| *at < h));
+        match inside.filter(|_| !armable) {
+            Some(due) => self.unarmed.insert(job, due),
+            None => self.unarmed.remove(&job),
+        };
         self.queue
             .set(job, inside.map(|due| arm_time(due, self.ahead, armable)));
     }

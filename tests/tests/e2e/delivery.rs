@@ -307,6 +307,57 @@ async fn fires_due_while_a_change_waits_for_the_store_wait_for_it() {
     assert!(published >= 1, "the fires before the pause went out");
 }
 
+/// A job with overlap `forbid` is not armed ahead of its time, and the timer does not
+/// take it up early either: beside armed jobs due at every phase of the second, which
+/// wake the timer just before the forbid job's fire time, each of its fires costs one
+/// fire transaction, not one per wake-up until the time comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unarmed_job_is_fired_at_its_time_without_polling_up_to_it() {
+    let s = Setup::new(StoreKind::Sqlite).await;
+    let _worker = TestConsumer::start(&s.vhost.amqp_url(), "paced", "w1", &[]).await;
+    let api = &s.chimed.api;
+    let mut forbid = every_second("one-at-a-time", "paced", json!(null));
+    forbid["overlap"] = json!("forbid");
+    let forbid = api.create_job(forbid).await;
+    let forbid = forbid["id"].as_str().unwrap().to_string();
+    // Armed jobs whose phases, 100 ms apart, cover the whole second.
+    let mut armed = Vec::new();
+    for phase in 0..10 {
+        let job = json!({
+            "app": "e2e", "name": format!("phase-{phase}"),
+            "schedule": {"every": "1s"}, "target": {"group": "paced"},
+        });
+        armed.push(
+            api.create_job(job).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fires_before = api.runs(&forbid).await.len();
+    let transactions_before = metric(&api.metrics().await, "chime_fire_transactions_total");
+    let started = std::time::Instant::now();
+    wait::until(
+        "the forbid job to fire 4 more times",
+        Duration::from_secs(20),
+        || async {
+            let runs = api.runs(&forbid).await;
+            (in_state(&runs, "succeeded").len() >= fires_before + 4).then_some(())
+        },
+    )
+    .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let transactions =
+        metric(&api.metrics().await, "chime_fire_transactions_total") - transactions_before;
+    // Eleven jobs at different phases: about eleven fire transactions a second.
+    assert!(
+        transactions > 0.0 && transactions < 40.0 * (seconds + 1.0),
+        "{transactions} fire transactions in {seconds:.1} s"
+    );
+    assert!(!api.runs(&armed[0]).await.is_empty(), "the armed jobs fire");
+}
+
 /// A task the broker cannot route (someone deleted the group's queue) is recorded on the
 /// run, not lost: the run stays `scheduled` with the reason, the queue is declared again
 /// and the task is published again.
