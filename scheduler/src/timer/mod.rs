@@ -135,6 +135,10 @@ pub struct Timer {
     /// for. Armed jobs are taken up to a slice early; these only once their time has
     /// come, since the store records nothing for them before it.
     unarmed: HashMap<Uuid, DateTime<Utc>>,
+    /// Jobs taken in the current round that must not be taken again in it (their time
+    /// may fall within the round's slice), with when they are due again; they go back
+    /// into the queue when the round ends.
+    set_aside: Vec<(Uuid, DateTime<Utc>)>,
     retry: Backoff,
 }
 
@@ -159,6 +163,7 @@ impl Timer {
             ahead: chrono::Duration::from_std(settings.fire_ahead).expect("bounded fire_ahead"),
             horizon: None,
             unarmed: HashMap::new(),
+            set_aside: Vec::new(),
             retry: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
         };
         (TimerHandle { tx }, timer)
@@ -220,13 +225,12 @@ impl Timer {
     /// current slice); returns how many runs were recorded.
     pub async fn fire_due(&mut self, now: DateTime<Utc>) -> usize {
         let mut recorded = 0;
-        let mut not_yet = Vec::new();
         loop {
             let due = self.queue.pop_due(now + self.slice(), FIRE_BATCH);
             if due.is_empty() {
                 break;
             }
-            let due = self.not_before_their_time(due, &mut not_yet);
+            let due = self.not_before_their_time(due);
             let due = self.only_trusted(due, now);
             if due.is_empty() {
                 continue;
@@ -247,21 +251,17 @@ impl Timer {
                 }
             }
         }
-        for (job, at) in not_yet {
+        for (job, at) in std::mem::take(&mut self.set_aside) {
             self.queue.set(job, Some(at));
         }
         metrics::gauge!(telemetry::TIMER_JOBS).set(self.queue.len() as f64);
         recorded
     }
 
-    /// Keeps the jobs that may be fired now; sets aside (into `not_yet`, to go back into
-    /// the queue once this round is over) unarmed jobs taken early with the slice. Fired
-    /// early, they would record nothing and come straight back, round after round.
-    fn not_before_their_time(
-        &self,
-        due: Vec<Uuid>,
-        not_yet: &mut Vec<(Uuid, DateTime<Utc>)>,
-    ) -> Vec<Uuid> {
+    /// Keeps the jobs that may be fired now; sets aside until the round is over the
+    /// unarmed jobs taken early with the slice. Fired early, they would record nothing
+    /// and come straight back, round after round.
+    fn not_before_their_time(&mut self, due: Vec<Uuid>) -> Vec<Uuid> {
         if self.unarmed.is_empty() {
             return due;
         }
@@ -269,7 +269,7 @@ impl Timer {
         let mut ready = Vec::with_capacity(due.len());
         for job in due {
             match self.unarmed.get(&job) {
-                Some(at) if *at > now => not_yet.push((job, *at)),
+                Some(at) if *at > now => self.set_aside.push((job, *at)),
                 _ => ready.push(job),
             }
         }
@@ -292,7 +292,8 @@ impl Timer {
             if leases.trusts(shard, at) {
                 trusted.push(job);
             } else if leases.get(shard).is_some() {
-                self.queue.set(job, Some(now + UNPROVEN_RETRY));
+                // Not before the round ends: the retry may fall within its slice.
+                self.set_aside.push((job, now + UNPROVEN_RETRY));
             }
         }
         trusted
@@ -320,9 +321,8 @@ impl Timer {
                 "fire refused: shard lease no longer proven"
             );
             metrics::counter!(telemetry::FIRES_FENCED).increment(batch.fenced.len() as u64);
-            for job in &batch.fenced {
-                self.queue.set(*job, Some(now + UNPROVEN_RETRY));
-            }
+            self.set_aside
+                .extend(batch.fenced.iter().map(|job| (*job, now + UNPROVEN_RETRY)));
         }
         if !batch.skipped_no_zone.is_empty() {
             warn!(
@@ -369,7 +369,12 @@ impl Timer {
                 .due_jobs(cursor, new_horizon, REFILL_PAGE, shards.as_deref())
                 .await?;
             for (job, at) in &page.jobs {
+                // Still unarmed if the store's fire time is the one it was reported
+                // unarmed for; any other time is news (a missed change) and is armed.
                 let armable = self.unarmed.get(job) != Some(at);
+                if armable {
+                    self.unarmed.remove(job);
+                }
                 self.queue
                     .set(*job, Some(arm_time(*at, self.ahead, armable)));
             }
