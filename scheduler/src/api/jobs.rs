@@ -1,5 +1,7 @@
 //! `/v1/jobs`: create, list, read, change, delete, pause, resume and trigger jobs.
 
+use std::future::Future;
+
 use axum::{
     Json,
     body::Body,
@@ -7,8 +9,9 @@ use axum::{
     http::{HeaderMap, StatusCode, header},
     response::IntoResponse,
 };
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tracing::error;
 use uuid::Uuid;
 
 use super::{
@@ -19,7 +22,7 @@ use super::{
 };
 use crate::{
     domain::{Job, JobSpec, LiveZones, RunTrigger, job::reschedules},
-    store::{JobPage, live_since, needs_live_zones},
+    store::{JobPage, StoreError, live_since, needs_live_zones},
     telemetry,
 };
 
@@ -145,10 +148,11 @@ pub(super) async fn delete(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let uuid = parse_id(&id)?;
-    let change = state.inner.dispatch.begin_change(uuid);
-    let deleted = state.store().delete_job(uuid).await;
-    state.inner.timer.change_done(change);
-    if !deleted? {
+    let deleted = whole_change(&state, uuid, move |state, _since| async move {
+        state.store().delete_job(uuid).await
+    })
+    .await?;
+    if !deleted {
         return Err(ApiError::job_not_found(&id));
     }
     Ok(StatusCode::NO_CONTENT)
@@ -238,16 +242,45 @@ async fn change(
     spec: JobSpec,
 ) -> Result<Job, ApiError> {
     let set_next_fire = reschedules(&current.spec, &spec);
-    // Begun before the transaction: this node's dispatcher holds the job's due tasks
-    // until the change is through, and fires after its instant are the change's.
-    let change = state.inner.dispatch.begin_change(current.id);
-    let updated = current.updated(spec, change.since());
-    let stored = state
-        .store()
-        .update_job(&updated, expected, set_next_fire)
-        .await;
-    state.inner.timer.change_done(change);
-    Ok(stored?)
+    let current = current.clone();
+    whole_change(state, current.id, move |state, since| async move {
+        let updated = current.updated(spec, since);
+        state
+            .store()
+            .update_job(&updated, expected, set_next_fire)
+            .await
+    })
+    .await
+}
+
+/// Runs a change of `job` (`write`, given the change's instant) as a whole, on a task
+/// of its own so that a dropped request cannot stop it halfway. Begun before the
+/// transaction, so this node's dispatcher holds the job's due tasks until the change is
+/// through and fires after its instant are the change's to withdraw; then handed to
+/// the timer, which passes it on to the dispatcher after any fire it recorded before.
+async fn whole_change<T, F, Fut>(state: &AppState, job: Uuid, write: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(AppState, DateTime<Utc>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+{
+    let state = state.clone();
+    let task = tokio::spawn(async move {
+        let change = state.inner.dispatch.begin_change(job);
+        let written = write(state.clone(), change.since()).await;
+        state.inner.timer.change_done(change);
+        written
+    });
+    match task.await {
+        Ok(written) => Ok(written?),
+        Err(failed) => {
+            error!(error = %failed, %job, "a job change failed");
+            Err(ApiError::new(
+                ErrorCode::Internal,
+                "internal error; see the server log",
+            ))
+        }
+    }
 }
 
 async fn load(state: &AppState, id: &str) -> Result<Job, ApiError> {

@@ -232,20 +232,16 @@ async fn pause_resume_trigger_and_delete(kind: StoreKind) {
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
-/// A pause that waits for the database (here a test holds SQLite's write lock) while its
-/// job's armed fires come due: those fires are held back until the pause is through and
-/// then withdrawn by it. Nothing reaches the queue without its run, so no consumer's
-/// answer can name a run the change deleted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fires_due_while_a_change_waits_for_the_store_wait_for_it() {
-    let s = Setup::new(StoreKind::Sqlite).await;
+/// An every-second job in `group` that has fired once (so its next fires are armed),
+/// and a connection holding the SQLite store's write lock (`COMMIT` releases it).
+async fn armed_job_with_the_store_locked(
+    s: &Setup,
+    name: &str,
+    group: &str,
+) -> (String, SqliteConnection) {
     let api = &s.chimed.api;
-    let queue = "chime.group.held-back";
-    let job = api
-        .create_job(every_second("held", "held-back", json!(null)))
-        .await;
+    let job = api.create_job(every_second(name, group, json!(null))).await;
     let id = job["id"].as_str().unwrap().to_string();
-    // Once a fire has gone out, the next ones are armed ahead of their time.
     wait::until("a dispatched run", Duration::from_secs(15), || async {
         let runs = api.runs(&id).await;
         (!in_state(&runs, "dispatched").is_empty()).then_some(())
@@ -256,6 +252,40 @@ async fn fires_due_while_a_change_waits_for_the_store_wait_for_it() {
         .execute(&mut writer)
         .await
         .unwrap();
+    (id, writer)
+}
+
+/// Empties `queue`, checking that every task in it has its run; returns how many.
+async fn every_queued_task_has_its_run(s: &Setup, queue: &str) -> usize {
+    let mut published = 0;
+    while let Some(body) = s.vhost.get(queue).await {
+        let task: Value = serde_json::from_slice(&body).expect("a task");
+        let run = task["task_id"].as_str().expect("a task id");
+        let (status, found) = s
+            .chimed
+            .api
+            .call(Method::GET, &format!("/v1/runs/{run}"), None)
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "a published task has its run: {task} {found}"
+        );
+        published += 1;
+    }
+    published
+}
+
+/// A pause that waits for the database (here a test holds SQLite's write lock) while its
+/// job's armed fires come due: those fires are held back until the pause is through and
+/// then withdrawn by it. Nothing reaches the queue without its run, so no consumer's
+/// answer can name a run the change deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fires_due_while_a_change_waits_for_the_store_wait_for_it() {
+    let s = Setup::new(StoreKind::Sqlite).await;
+    let api = &s.chimed.api;
+    // Once a fire has gone out, the next ones are armed ahead of their time.
+    let (id, mut writer) = armed_job_with_the_store_locked(&s, "held", "held-back").await;
     let armed_before_the_lock: Vec<Value> = api
         .runs(&id)
         .await
@@ -290,21 +320,44 @@ async fn fires_due_while_a_change_waits_for_the_store_wait_for_it() {
         },
     )
     .await;
-    let mut published = 0;
-    while let Some(body) = s.vhost.get(queue).await {
-        let task: Value = serde_json::from_slice(&body).expect("a task");
-        let run = task["task_id"].as_str().expect("a task id");
-        let (status, found) = api
-            .call(Method::GET, &format!("/v1/runs/{run}"), None)
-            .await;
-        assert_eq!(
-            status,
-            StatusCode::OK,
-            "a published task has its run: {task} {found}"
-        );
-        published += 1;
-    }
+    let published = every_queued_task_has_its_run(&s, "chime.group.held-back").await;
     assert!(published >= 1, "the fires before the pause went out");
+}
+
+/// A change whose client gives up while it waits for the database is still carried
+/// through as a whole: the job ends up paused, and its fires that came due meanwhile
+/// are withdrawn rather than published without their runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_whose_client_gave_up_is_carried_through() {
+    let s = Setup::new(StoreKind::Sqlite).await;
+    let api = &s.chimed.api;
+    let queue = "chime.group.abandoned";
+    // Once a fire has gone out, the next ones are armed ahead of their time.
+    let (id, mut writer) = armed_job_with_the_store_locked(&s, "abandoned", "abandoned").await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .post(format!("{}/v1/jobs/{id}/pause", api.base()))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the pause could not answer within 0.5 s");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    let paused = wait::until("the pause to land", Duration::from_secs(10), || async {
+        let job = api.job(&id).await;
+        (job["paused"] == json!(true)).then_some(job)
+    })
+    .await;
+    let paused_at = time(&paused["updated_at"]);
+    let runs = api.runs(&id).await;
+    assert!(
+        runs.iter().all(|r| time(&r["fire_time"]) <= paused_at),
+        "the pause withdrew the fires after it: {runs:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    every_queued_task_has_its_run(&s, queue).await;
 }
 
 /// A job with overlap `forbid` is not armed ahead of its time, and the timer does not
