@@ -86,6 +86,11 @@ impl ApiError {
         }
     }
 
+    /// A failure the client cannot act on; the details go to the server log.
+    pub fn internal() -> Self {
+        Self::new(ErrorCode::Internal, "internal error; see the server log")
+    }
+
     /// No job with this id.
     pub fn job_not_found(id: &str) -> Self {
         Self::new(ErrorCode::NotFound, format!("no job with id {id:?}"))
@@ -125,7 +130,7 @@ impl From<StoreError> for ApiError {
             }
             other => {
                 error!(error = %other, "store failure");
-                Self::new(ErrorCode::Internal, "internal error; see the server log")
+                Self::internal()
             }
         }
     }

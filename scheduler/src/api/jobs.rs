@@ -275,10 +275,7 @@ where
         Ok(written) => Ok(written?),
         Err(failed) => {
             error!(error = %failed, %job, "a job change failed");
-            Err(ApiError::new(
-                ErrorCode::Internal,
-                "internal error; see the server log",
-            ))
+            Err(ApiError::internal())
         }
     }
 }
