@@ -54,15 +54,13 @@ impl Held {
         due
     }
 
-    /// Marks every held task of `job` to be checked against the store before it is
+    /// Marks every held task `picked` to be checked against the store before it is
     /// published; returns how many.
-    pub(super) fn recheck_job(&mut self, job: Uuid) -> usize {
+    pub(super) fn recheck(&mut self, picked: impl Fn(&Outgoing) -> bool) -> usize {
         let mut marked = 0;
-        for outgoing in self.by_time.values_mut() {
-            if outgoing.task.job_id == job {
-                outgoing.recheck = true;
-                marked += 1;
-            }
+        for outgoing in self.by_time.values_mut().filter(|o| picked(o)) {
+            outgoing.recheck = true;
+            marked += 1;
         }
         marked
     }
@@ -130,7 +128,7 @@ mod tests {
         let mut held = Held::default();
         held.hold(outgoing(1, 7, t0()));
         held.hold(outgoing(2, 8, t0()));
-        assert_eq!(held.recheck_job(Uuid::from_u128(7)), 1);
+        assert_eq!(held.recheck(|o| o.task.job_id == Uuid::from_u128(7)), 1);
         let mut newer = outgoing(1, 7, t0());
         newer.task.payload = serde_json::json!({"copy": "newer"});
         held.hold(newer);

@@ -84,7 +84,7 @@ pub struct Outgoing {
     /// Whether it may only be published while this node trusts its shard's lease.
     pub fenced: bool,
     /// Whether its run must be checked against the store before publishing (its job
-    /// changed while the task waited).
+    /// changed while the task waited, or changes may have been missed).
     pub recheck: bool,
 }
 
@@ -95,6 +95,8 @@ enum Command {
     /// The job changed; a change made on this node comes with its guard, lifted once the
     /// job's waiting tasks are marked for a check.
     JobChanged(Uuid, Option<ChangeGuard>),
+    /// Changes may have been missed: every waiting task is checked.
+    ChangesMissed,
 }
 
 /// Hands tasks to the dispatcher. Cheap to clone.
@@ -135,6 +137,13 @@ impl DispatchHandle {
     /// they are published. `change` is the guard of a change made on this node.
     pub fn job_changed(&self, job: Uuid, change: Option<ChangeGuard>) {
         let _ = self.tx.send(Command::JobChanged(job, change));
+    }
+
+    /// Changes may have been missed (another node's notices were lost with the
+    /// connection that carried them): every task still waiting is checked against the
+    /// store before it is published.
+    pub fn changes_missed(&self) {
+        let _ = self.tx.send(Command::ChangesMissed);
     }
 
     fn send(&self, tasks: impl IntoIterator<Item = TaskMessage>, first: bool, fenced: bool) {
@@ -421,16 +430,7 @@ impl Dispatcher {
         match command {
             Command::Publish(outgoing) => self.enqueue(*outgoing),
             Command::JobChanged(job, change) => {
-                let mut marked = self.held.recheck_job(job);
-                for outgoing in self
-                    .pending
-                    .iter_mut()
-                    .chain(self.parked.iter_mut())
-                    .filter(|o| o.task.job_id == job)
-                {
-                    outgoing.recheck = true;
-                    marked += 1;
-                }
+                let marked = self.recheck_waiting(|o| o.task.job_id == job);
                 if marked > 0 {
                     info!(%job, tasks = marked, "job changed; its waiting tasks are checked before publishing");
                 }
@@ -440,7 +440,32 @@ impl Dispatcher {
                 }
                 self.unpark(job);
             }
+            Command::ChangesMissed => {
+                let marked = self.recheck_waiting(|_| true);
+                if marked > 0 {
+                    info!(
+                        tasks = marked,
+                        "job changes may have been missed; every waiting task is checked before publishing"
+                    );
+                }
+            }
         }
+    }
+
+    /// Marks the waiting tasks `picked` (due, armed or parked) to be checked against the
+    /// store before they are published; returns how many.
+    fn recheck_waiting(&mut self, picked: impl Fn(&Outgoing) -> bool) -> usize {
+        let mut marked = self.held.recheck(&picked);
+        for outgoing in self
+            .pending
+            .iter_mut()
+            .chain(self.parked.iter_mut())
+            .filter(|o| picked(o))
+        {
+            outgoing.recheck = true;
+            marked += 1;
+        }
+        marked
     }
 
     fn enqueue(&mut self, outgoing: Outgoing) {

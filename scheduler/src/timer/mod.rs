@@ -87,7 +87,8 @@ impl TimerHandle {
         let _ = self.tx.send(Notice::Job(change.job(), Some(change)));
     }
 
-    /// Changes may have been missed: reload the whole window.
+    /// Changes may have been missed: reload the whole window, and have the dispatcher
+    /// check every task still waiting.
     pub fn reload_all(&self) {
         let _ = self.tx.send(Notice::Everything);
     }
@@ -210,7 +211,10 @@ impl Timer {
                 () = cancel.cancelled() => return,
                 Some(notice) = self.rx.recv() => match notice {
                     Notice::Job(job, change) => self.reload(job, change).await,
-                    Notice::Everything => next_refill = Instant::now(),
+                    Notice::Everything => {
+                        self.dispatch.changes_missed();
+                        next_refill = Instant::now();
+                    }
                 },
                 Ok(()) = leases.changed() => {}
                 () = tokio::time::sleep_until(wake) => {}

@@ -110,15 +110,22 @@ async fn broker_connections_cut_under_load() {
     );
 }
 
+/// An administrator's connection to the test's PostgreSQL server, and the name of the
+/// scenario's database on it.
+async fn admin_of(s: &Setup) -> (sqlx::PgConnection, String) {
+    let admin_url = std::env::var("CHIME_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| chime_scheduler::store::testing::DEFAULT_POSTGRES_URL.into());
+    let admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+    let database = s.db.url().rsplit('/').next().unwrap().to_string();
+    (admin, database)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_connections_killed_under_load() {
     let s = Setup::new(StoreKind::Postgres).await;
     let _consumer = TestConsumer::start(&s.vhost.amqp_url(), "workers", "w1", &[]).await;
     let ids = steady_load(&s, 5).await;
-    let admin_url = std::env::var("CHIME_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| chime_scheduler::store::testing::DEFAULT_POSTGRES_URL.into());
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-    let database = s.db.url().rsplit('/').next().unwrap().to_string();
+    let (mut admin, database) = admin_of(&s).await;
     let mut killed = 0;
     for _ in 0..3 {
         killed += sqlx::query_scalar::<_, bool>(
@@ -206,5 +213,100 @@ async fn broker_outage_holds_fires_and_withdraws_deleted_jobs() {
     assert!(
         metrics.contains("chime_dispatch_withdrawn_total"),
         "withdrawals are counted:\n{metrics}"
+    );
+}
+
+/// The listening connection of `database` (PostgreSQL), if one is up, other than `not`.
+async fn listener_pid(admin: &mut sqlx::PgConnection, database: &str, not: i32) -> Option<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%' AND pid <> $2",
+    )
+    .bind(database)
+    .bind(not)
+    .fetch_optional(admin)
+    .await
+    .unwrap()
+}
+
+/// Fires wait out a broker outage while their job is deleted by another node, and the
+/// deletion's notice is lost with the connection that listened for it. Listening again,
+/// the node assumes it missed changes and checks every waiting task against the store,
+/// so the deleted job's fires are withdrawn, not published without their runs (long
+/// before the last-resort check of tasks that waited very long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fires_waiting_when_notices_were_lost_are_checked() {
+    let s = Setup::new(StoreKind::Postgres).await;
+    let api = &s.chimed.api;
+    let gone = api
+        .create_job(every_second("gone", "dropped", json!(null)))
+        .await;
+    let gone = gone["id"].as_str().unwrap().to_string();
+    let in_state =
+        |runs: &[Value], state: &str| runs.iter().filter(|r| r["state"] == state).count();
+    wait::until("the job publishing", Duration::from_secs(20), || async {
+        (in_state(&api.runs(&gone).await, "dispatched") >= 2).then_some(())
+    })
+    .await;
+
+    s.vhost.cut_access();
+    let outage = std::time::Instant::now();
+    let before = in_state(&api.runs(&gone).await, "dispatched");
+    wait::until(
+        "fires recorded while the broker is gone",
+        Duration::from_secs(20),
+        || async { (in_state(&api.runs(&gone).await, "scheduled") >= 3).then_some(()) },
+    )
+    .await;
+
+    // Deleted as another node would, but without the notice; then the listening
+    // connection drops, as if the notice had been lost with it.
+    let (mut admin, database) = admin_of(&s).await;
+    let mut db = sqlx::PgConnection::connect(s.db.url()).await.unwrap();
+    let deleted = sqlx::query("DELETE FROM jobs WHERE id = $1::uuid")
+        .bind(&gone)
+        .execute(&mut db)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(deleted, 1, "the job was deleted behind chimed's back");
+    let listening = listener_pid(&mut admin, &database, 0)
+        .await
+        .expect("chimed listens for notices");
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(listening)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed, "the listening connection was dropped");
+    wait::until(
+        "chimed listening again",
+        Duration::from_secs(20),
+        || async {
+            // A connection per look: the wait's closure cannot borrow one.
+            listener_pid(&mut admin_of(&s).await.0, &database, listening).await
+        },
+    )
+    .await;
+    // The node tells its dispatcher right after it listens again; give it a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    s.vhost.restore_access();
+
+    wait::until(
+        "the deleted job's waiting fires withdrawn",
+        Duration::from_secs(30),
+        || async {
+            let m = api.metrics().await;
+            (metric(&m, "chime_dispatch_withdrawn_total") >= 3.0).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        outage.elapsed() < Duration::from_secs(25),
+        "checked on word of missed notices, well before the 30 s last resort"
+    );
+    let (queued, _) = s.vhost.queue_state("chime.group.dropped").await;
+    assert!(
+        queued as usize <= before + 1,
+        "no fire of the deleted job went out after the outage: {queued} queued, {before} published before it"
     );
 }
