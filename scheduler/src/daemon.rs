@@ -25,7 +25,7 @@ use crate::{
     retention::{Pruner, RetentionSettings},
     store::{self, Backend},
     telemetry,
-    timer::{Timer, TimerSettings, arming_horizon},
+    timer::{Timer, TimerSettings},
 };
 
 /// Runs `chimed` with `config` until `shutdown` completes, then shuts down gracefully.
@@ -66,15 +66,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         &config.amqp_url,
         config.observer_copies,
     );
+    let timer_settings = TimerSettings {
+        lookahead: config.lookahead,
+        misfire_grace: config.misfire_grace,
+        fire_ahead: config.fire_ahead,
+    };
     let (timer_handle, timer) = Timer::new(
         store.clone(),
         dispatch.clone(),
         ownership.clone(),
-        TimerSettings {
-            lookahead: config.lookahead,
-            misfire_grace: config.misfire_grace,
-            fire_ahead: config.fire_ahead,
-        },
+        timer_settings,
     );
     let publisher = Arc::new(ConfirmedPublisher::new(&config.amqp_url, "dead-letters"));
     let reply_progress = ReplyProgress::new();
@@ -87,7 +88,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         ReconcileSettings {
             republish_after: config.republish_after,
             interval: config.reconcile_interval,
-            armed_ahead: arming_horizon(config.fire_ahead),
+            armed_ahead: timer_settings.arming_horizon(),
         },
     );
     let pruner = Pruner::new(store.clone(), RetentionSettings::new(config.run_retention));

@@ -67,7 +67,7 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(15);
 /// Most tasks held in memory (waiting, armed, or in flight). Past this (a long broker
 /// outage) new tasks are not held: they stay `scheduled` in the store and the reconciler
 /// hands them over again later.
-const MAX_PENDING: usize = 100_000;
+pub(crate) const MAX_PENDING: usize = 100_000;
 /// How often an idle dispatcher checks that its channel is still open.
 const HEALTH_CHECK: Duration = Duration::from_secs(1);
 

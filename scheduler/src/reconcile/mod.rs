@@ -5,7 +5,7 @@
 //! - `scheduled` longer than `republish_after` (publish failed, or the node stopped
 //!   between commit and confirm): publish again, same attempt. On start and on gaining
 //!   shards every `scheduled` run is taken at once, including fires the previous owner
-//!   armed ahead of their time ([`crate::timer::arming_horizon`]; the dispatcher holds
+//!   armed ahead of their time ([`crate::timer::TimerSettings::arming_horizon`]; the dispatcher holds
 //!   those until then);
 //! - `dispatched` past the ack timeout, or `acked` past the run timeout (heartbeats move
 //!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out;
@@ -67,7 +67,7 @@ pub struct ReconcileSettings {
     /// Time between passes.
     pub interval: Duration,
     /// How far ahead of now the timer may record fires
-    /// ([`crate::timer::arming_horizon`]): a pass taking over shards collects
+    /// ([`crate::timer::TimerSettings::arming_horizon`]): a pass taking over shards collects
     /// `scheduled` runs due up to this long (plus [`CLOCK_SKEW`]) from now.
     pub armed_ahead: Duration,
 }
@@ -518,7 +518,16 @@ fn unconfirmed_cutoff(settings: &ReconcileSettings, kind: PassKind) -> chrono::D
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timer::arming_horizon;
+    use crate::timer::TimerSettings;
+
+    fn arming_horizon(fire_ahead: Duration) -> Duration {
+        TimerSettings {
+            lookahead: Duration::from_secs(60),
+            misfire_grace: Duration::from_secs(5),
+            fire_ahead,
+        }
+        .arming_horizon()
+    }
 
     #[test]
     fn a_pass_report_says_why_each_run_went_out_again() {
@@ -555,9 +564,11 @@ mod tests {
                 -chrono::Duration::seconds(10)
             );
         }
+        // A herd may be armed up to 10 s ahead with the default 2 s `fire_ahead`.
         assert_eq!(
             arming_horizon(Duration::from_secs(2)),
-            Duration::from_millis(2_200)
+            Duration::from_millis(10_200)
         );
+        assert_eq!(arming_horizon(Duration::ZERO), Duration::ZERO);
     }
 }

@@ -25,6 +25,7 @@
 //! job only while its lease is trusted, and the fire transaction re-checks the lease's
 //! fencing token, so a node that lost a shard cannot record a fire for it.
 
+pub mod herd;
 pub mod queue;
 
 use std::{
@@ -43,11 +44,12 @@ use chime_consumer::backoff::Backoff;
 
 use crate::{
     cluster::{Leases, Ownership},
-    dispatch::{ChangeGuard, DispatchHandle},
+    dispatch::{ChangeGuard, DispatchHandle, MAX_PENDING},
     domain::Job,
     store::{DueCursor, Firing, Store, StoreError},
     telemetry,
 };
+use herd::RecordingPace;
 pub use queue::TimerQueue;
 
 /// Most jobs fired in one store transaction.
@@ -110,11 +112,27 @@ pub struct TimerSettings {
 /// come due a few milliseconds apart.
 const ARM_SLICES: i32 = 10;
 
-/// How far ahead of now one fire transaction may record runs: `fire_ahead` plus the
-/// arming slice being popped. A node taking over shards must collect the previous
-/// owner's `scheduled` runs at least this far ahead, or armed runs are left unpublished.
-pub fn arming_horizon(fire_ahead: Duration) -> Duration {
-    fire_ahead + fire_ahead / ARM_SLICES as u32
+/// The furthest ahead of its time a herd's fire may be armed (see `herd.rs`).
+const MAX_ARMING_LEAD: Duration = Duration::from_secs(10);
+
+impl TimerSettings {
+    /// The furthest ahead of its time a fire may be armed: `fire_ahead`, or for a herd
+    /// up to [`MAX_ARMING_LEAD`] (within half the look-ahead window); zero when arming
+    /// is off.
+    pub fn arming_lead(&self) -> Duration {
+        if self.fire_ahead.is_zero() {
+            return Duration::ZERO;
+        }
+        self.fire_ahead.max(MAX_ARMING_LEAD.min(self.lookahead / 2))
+    }
+
+    /// How far ahead of now one fire transaction may record runs: the arming lead plus
+    /// the arming slice being popped. A node taking over shards must collect the
+    /// previous owner's `scheduled` runs at least this far ahead, or armed runs are left
+    /// unpublished.
+    pub fn arming_horizon(&self) -> Duration {
+        self.arming_lead() + self.fire_ahead / ARM_SLICES as u32
+    }
 }
 
 /// The timer service.
@@ -140,6 +158,10 @@ pub struct Timer {
     /// may fall within the round's slice), with when they are due again; they go back
     /// into the queue when the round ends.
     set_aside: Vec<(Uuid, DateTime<Utc>)>,
+    /// How much further than `fire_ahead` a herd may be taken up early.
+    herd_lead: chrono::Duration,
+    /// How fast fire transactions record runs lately.
+    pace: RecordingPace,
     retry: Backoff,
 }
 
@@ -165,6 +187,11 @@ impl Timer {
             horizon: None,
             unarmed: HashMap::new(),
             set_aside: Vec::new(),
+            herd_lead: chrono::Duration::from_std(
+                settings.arming_lead().saturating_sub(settings.fire_ahead),
+            )
+            .expect("bounded arming lead"),
+            pace: RecordingPace::default(),
             retry: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
         };
         (TimerHandle { tx }, timer)
@@ -201,11 +228,15 @@ impl Timer {
                     }
                 };
             }
+            // A herd loaded or changed since the last round must be woken for too.
+            let herd_wake = self.herd_plan(Utc::now()).wake_at;
             let wake = self
                 .queue
                 .next_due()
+                .into_iter()
+                .chain(herd_wake)
                 .map(instant_of)
-                .map_or(next_refill, |due| due.min(next_refill));
+                .fold(next_refill, Instant::min);
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => return,
@@ -226,11 +257,20 @@ impl Timer {
     }
 
     /// Fires every job due at `now`, arming those due within `fire_ahead` (and the
-    /// current slice); returns how many runs were recorded.
+    /// current slice), and a herd further on that must be recorded early to be recorded
+    /// in time; returns how many runs were recorded.
     pub async fn fire_due(&mut self, now: DateTime<Utc>) -> usize {
+        let take_through = self.herd_plan(now).take_through.max(now + self.slice());
+        if take_through > now + self.slice() {
+            debug!(
+                ahead_ms = (take_through - now).num_milliseconds(),
+                jobs = self.queue.len(),
+                "taking up a herd early"
+            );
+        }
         let mut recorded = 0;
         loop {
-            let due = self.queue.pop_due(now + self.slice(), FIRE_BATCH);
+            let due = self.queue.pop_due(take_through, FIRE_BATCH);
             if due.is_empty() {
                 break;
             }
@@ -240,7 +280,7 @@ impl Timer {
                 continue;
             }
             // A big herd takes a while to record: judge each batch at the real time.
-            match self.fire(&due, Utc::now().max(now)).await {
+            match self.fire(&due, Utc::now().max(now), take_through).await {
                 Ok(n) => recorded += n,
                 Err(error) => {
                     let delay = self.retry.next_delay();
@@ -280,6 +320,18 @@ impl Timer {
         ready
     }
 
+    /// Which herd in the queue must be taken up by `now` to be recorded in time, and
+    /// when the next one must be.
+    fn herd_plan(&self, now: DateTime<Utc>) -> herd::Lead {
+        herd::lead(
+            now,
+            self.queue.crowds(),
+            &self.pace,
+            self.herd_lead,
+            MAX_PENDING as u64,
+        )
+    }
+
     /// One arming slice: jobs whose arm time falls within it are armed together.
     fn slice(&self) -> chrono::Duration {
         self.ahead / ARM_SLICES
@@ -303,20 +355,26 @@ impl Timer {
         trusted
     }
 
-    async fn fire(&mut self, jobs: &[Uuid], now: DateTime<Utc>) -> Result<usize, StoreError> {
+    /// Fires `jobs`, taken up to `take_through` (their arming times are at or before it).
+    async fn fire(
+        &mut self,
+        jobs: &[Uuid],
+        now: DateTime<Utc>,
+        take_through: DateTime<Utc>,
+    ) -> Result<usize, StoreError> {
         let firing = Firing {
             node: self.ownership.node().to_string(),
             fence: self
                 .ownership
                 .current()
                 .fence(jobs.iter().map(|job| self.ownership.shard_of(*job))),
-            // A job popped anywhere in the current slice is armed in full.
-            ahead: chrono::Duration::from_std(arming_horizon(
-                self.ahead.to_std().expect("fire_ahead is not negative"),
-            ))
-            .expect("bounded fire_ahead"),
+            // A job taken up anywhere in the current slice, or with a herd, is armed in
+            // full.
+            ahead: self.ahead + (take_through - now).max(self.slice()),
         };
+        let started = std::time::Instant::now();
         let batch = self.store.fire(jobs, now, self.grace, &firing).await?;
+        self.pace.observe(batch.recorded.len(), started.elapsed());
         metrics::counter!(telemetry::FIRE_TRANSACTIONS).increment(1);
         self.retry.reset();
         if !batch.fenced.is_empty() {
