@@ -52,7 +52,9 @@ pub(super) async fn record_replies(
 }
 
 /// Locks the runs `ids` in id order (so collectors and the dispatcher's marker cannot
-/// deadlock) and reads them; the job settings only of `failure_ids`.
+/// deadlock) and reads them; the job settings only of `failure_ids`, in a second read:
+/// joining every run to its job would cost a job lookup per reply, and only failures
+/// need the retry settings.
 async fn lock_runs(
     conn: &mut PgConnection,
     ids: &[Uuid],
@@ -62,33 +64,53 @@ async fn lock_runs(
         return Ok(HashMap::new());
     }
     let rows = sqlx::query(
-        "SELECT r.id, r.state, r.attempt, r.mode,
-                CASE WHEN r.id = ANY($2) THEN j.settings END AS settings
-         FROM runs r JOIN jobs j ON j.id = r.job_id
-         WHERE r.id = ANY($1) ORDER BY r.id FOR UPDATE OF r",
+        "SELECT id, state, attempt, mode FROM runs
+         WHERE id = ANY($1) ORDER BY id FOR UPDATE",
     )
     .bind(ids)
-    .bind(failure_ids)
     .fetch_all(&mut *conn)
     .await?;
+    let mut settings = failure_settings(conn, failure_ids).await?;
     let mut facts = HashMap::with_capacity(rows.len());
     for row in rows {
         let id: Uuid = row.try_get("id")?;
         let what = format!("run {id}");
-        let settings = row
-            .try_get::<Option<Json<JobSettings>>, _>("settings")
-            .map_err(|e| corrupt(&what, e))?
-            .map(|Json(settings)| settings);
         let run = RunFacts::from_columns(
             &what,
             row.try_get("state")?,
             row.try_get::<i32, _>("attempt")? as u32,
             row.try_get("mode")?,
-            settings,
+            settings.remove(&id),
         )?;
         facts.insert(id, run);
     }
     Ok(facts)
+}
+
+/// The settings of the jobs of the runs `failure_ids` (already locked by the caller).
+async fn failure_settings(
+    conn: &mut PgConnection,
+    failure_ids: &[Uuid],
+) -> Result<HashMap<Uuid, JobSettings>, StoreError> {
+    if failure_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = sqlx::query(
+        "SELECT r.id, j.settings FROM runs r JOIN jobs j ON j.id = r.job_id
+         WHERE r.id = ANY($1)",
+    )
+    .bind(failure_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut settings = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let id: Uuid = row.try_get("id")?;
+        let Json(job_settings) = row
+            .try_get::<Json<JobSettings>, _>("settings")
+            .map_err(|e| corrupt(format!("run {id}"), e))?;
+        settings.insert(id, job_settings);
+    }
+    Ok(settings)
 }
 
 // The set-based statements below name their runs twice: with `r.id = ANY($1)`
