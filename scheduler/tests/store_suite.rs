@@ -1593,6 +1593,30 @@ async fn replay_revives_only_dead_runs(store: &dyn Store) {
     );
 }
 
+/// The groups jobs target, each once and in order, for the dead-letter sampler; gone with
+/// the last job that targets it.
+async fn target_groups_lists_each_group_once(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    assert!(store.target_groups().await.unwrap().is_empty());
+    let mut jobs = Vec::new();
+    for (name, group) in [
+        ("a", "orders"),
+        ("b", "billing"),
+        ("c", "orders"),
+        ("d", "audit"),
+    ] {
+        let job = with_target(name, now, Target::group(group));
+        store.insert_job(&job).await.unwrap();
+        jobs.push(job);
+    }
+    assert_eq!(
+        store.target_groups().await.unwrap(),
+        ["audit", "billing", "orders"]
+    );
+    assert!(store.delete_job(jobs[3].id).await.unwrap());
+    assert_eq!(store.target_groups().await.unwrap(), ["billing", "orders"]);
+}
+
 fn with_target(name: &str, now: DateTime<Utc>, target: Target) -> Job {
     let mut spec = spec(name, json!({"every": "1s"}));
     spec.settings.target = target;
@@ -2129,5 +2153,6 @@ store_suite!(
         queries_filter_by_shard,
         sharded_and_zone_fires_record_one_run_per_item,
         broadcast_replies_are_kept_per_instance,
+        target_groups_lists_each_group_once,
     ]
 );

@@ -883,8 +883,19 @@ impl Store for PostgresStore {
     }
 
     async fn target_groups(&self) -> Result<Vec<String>, StoreError> {
+        // A skip scan of `jobs_target_group`: one index probe per group, not a read of
+        // every job.
         Ok(sqlx::query_scalar(
-            "SELECT DISTINCT settings->'target'->>'group' AS grp FROM jobs ORDER BY grp",
+            "WITH RECURSIVE groups AS (
+                 (SELECT settings->'target'->>'group' AS grp FROM jobs
+                  ORDER BY settings->'target'->>'group' LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT settings->'target'->>'group' FROM jobs
+                         WHERE settings->'target'->>'group' > groups.grp
+                         ORDER BY settings->'target'->>'group' LIMIT 1)
+                 FROM groups WHERE groups.grp IS NOT NULL
+             )
+             SELECT grp FROM groups WHERE grp IS NOT NULL",
         )
         .fetch_all(&self.pool)
         .await?)

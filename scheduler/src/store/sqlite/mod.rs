@@ -847,8 +847,17 @@ impl Store for SqliteStore {
     }
 
     async fn target_groups(&self) -> Result<Vec<String>, StoreError> {
+        // A skip scan of `jobs_target_group`: one index probe per group, not a read of
+        // every job.
         Ok(sqlx::query_scalar(
-            "SELECT DISTINCT json_extract(settings, '$.target.group') AS grp FROM jobs ORDER BY grp",
+            "WITH RECURSIVE groups(grp) AS (
+                 SELECT min(json_extract(settings, '$.target.group')) FROM jobs
+                 UNION ALL
+                 SELECT (SELECT min(json_extract(settings, '$.target.group')) FROM jobs
+                         WHERE json_extract(settings, '$.target.group') > groups.grp)
+                 FROM groups WHERE groups.grp IS NOT NULL
+             )
+             SELECT grp FROM groups WHERE grp IS NOT NULL",
         )
         .fetch_all(&self.pool)
         .await?)
