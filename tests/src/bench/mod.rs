@@ -152,7 +152,7 @@ struct Sizes {
     /// Rates (fires/s) of the search for the highest one the box sustains, and the
     /// seconds each runs; empty for no search.
     steady_search: (Vec<usize>, u32),
-    idle: (usize, usize, u32),
+    idle: workloads::idle::Sizes,
     failover: (usize, u32, u32),
     reconcile: (usize, usize),
     /// Messages of the reference ceiling that rates are compared with.
@@ -167,7 +167,12 @@ impl Sizes {
                 herd_repeats: 2,
                 steady: vec![(50, 3)],
                 steady_search: (vec![100], 3),
-                idle: (2_000, 10, 3),
+                idle: workloads::idle::Sizes {
+                    idle_jobs: 2_000,
+                    idle_secs: 3,
+                    due_jobs: 10,
+                    due_secs: 3,
+                },
                 failover: (50, 3, 8),
                 reconcile: (200, 2_000),
                 reference: 1_000,
@@ -177,7 +182,12 @@ impl Sizes {
                 herd_repeats: 3,
                 steady: vec![(1_000, 20)],
                 steady_search: (vec![], 20),
-                idle: (100_000, 100, 10),
+                idle: workloads::idle::Sizes {
+                    idle_jobs: 100_000,
+                    idle_secs: 20,
+                    due_jobs: 100,
+                    due_secs: 10,
+                },
                 failover: (1_000, 10, 15),
                 reconcile: (10_000, 100_000),
                 reference: 10_000,
@@ -187,7 +197,12 @@ impl Sizes {
                 herd_repeats: 3,
                 steady: vec![(1_000, 60)],
                 steady_search: (vec![2_000, 3_000, 4_000, 6_000, 8_000, 10_000], 60),
-                idle: (1_000_000, 100, 30),
+                idle: workloads::idle::Sizes {
+                    idle_jobs: 1_000_000,
+                    idle_secs: 20,
+                    due_jobs: 100,
+                    due_secs: 30,
+                },
                 failover: (1_000, 15, 30),
                 reconcile: (10_000, 1_000_000),
                 reference: 100_000,
@@ -280,8 +295,7 @@ pub async fn run_all(
             }
         }
         if wanted("W3") {
-            let (n, due, secs) = sizes.idle;
-            let run = bounded(workloads::idle::run(backend, n, due, secs)).await;
+            let run = bounded(workloads::idle::run(backend, sizes.idle)).await;
             outcomes.push(settle("W3", backend, run));
         }
     }
