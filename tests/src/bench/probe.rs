@@ -60,9 +60,14 @@ pub struct Probe {
     task: JoinHandle<()>,
 }
 
-/// Handler concurrency and prefetch of the measured consumer (the ceiling's consumer
-/// uses the same prefetch).
-pub const PREFETCH: u16 = 500;
+/// Prefetch of the measured consumer, sized as the library's docs advise for quick
+/// handlers at high rates: a delivery is acknowledged only once its result is confirmed,
+/// so besides the 256 running it holds a slot for every finished task whose result is
+/// in flight, about the rate times the confirm latency (25 000 tasks/s × 40 ms is 1 000).
+/// With 500 the window, not the broker, capped a herd (W1 in `docs/benchmarks.md`). The
+/// ceiling's plain consumer, which acks on receipt, keeps 500: 2 000 made it no faster.
+const PREFETCH: u16 = 2_000;
+/// Handler concurrency of the measured consumer.
 const CONCURRENCY: usize = 256;
 
 impl Probe {
