@@ -264,7 +264,7 @@ impl Timer {
         if take_through > now + self.slice() {
             debug!(
                 ahead_ms = (take_through - now).num_milliseconds(),
-                jobs = self.queue.len(),
+                queued = self.queue.len(),
                 "taking up a herd early"
             );
         }
