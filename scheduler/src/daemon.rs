@@ -100,6 +100,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             interval: config.reconcile_interval,
             progress: reply_progress,
         },
+        dispatch.clone(),
     );
     let dead_letters = Arc::new(DeadLetters::new(
         store.clone(),

@@ -42,6 +42,9 @@ pub const DISPATCH_ARMED: &str = "chime_dispatch_armed";
 /// Runs whose tasks the broker confirmed and whose `dispatched` mark is not written yet.
 /// Growing: the store is falling behind the broker.
 pub const DISPATCH_UNMARKED: &str = "chime_dispatch_unmarked";
+/// Confirmed runs whose `dispatched` mark was not written because their reply was
+/// recorded first (the reply records `dispatched_at` itself).
+pub const DISPATCH_MARKS_SKIPPED: &str = "chime_dispatch_marks_skipped_total";
 /// Tasks not held in memory because the dispatcher's queue was full; the reconciler
 /// publishes them later from the store.
 pub const DISPATCH_DEFERRED: &str = "chime_dispatch_deferred_total";
@@ -206,6 +209,10 @@ fn describe() {
     describe_gauge!(
         DISPATCH_UNMARKED,
         "Runs confirmed by the broker whose dispatched mark is not written yet."
+    );
+    describe_counter!(
+        DISPATCH_MARKS_SKIPPED,
+        "Confirmed runs not marked dispatched because their reply was recorded first."
     );
     describe_counter!(
         BROKER_CONNECTS,

@@ -168,6 +168,12 @@ impl DispatchHandle {
     pub fn is_confirmed_unmarked(&self, run: Uuid) -> bool {
         self.unmarked.contains(run)
     }
+
+    /// The result collector recorded (committed) replies for `runs`: their `dispatched`
+    /// marks, if still to be written, would change nothing and are left out.
+    pub fn runs_answered(&self, runs: impl IntoIterator<Item = Uuid>) {
+        self.unmarked.answered(runs);
+    }
 }
 
 /// The publishing service. Create with [`Dispatcher::new`], run with [`Dispatcher::run`].

@@ -47,6 +47,7 @@ use chime_consumer::{
 
 use crate::{
     broker,
+    dispatch::DispatchHandle,
     domain::RunState,
     store::{ReplyApplied, ReplyEffect, Store, StoreError, reply_plan},
     telemetry,
@@ -82,6 +83,8 @@ pub struct ResultCollector {
     store: Arc<dyn Store>,
     amqp_url: String,
     probes: Probes,
+    /// Told which runs got a reply, so their `dispatched` marks are not written.
+    dispatch: DispatchHandle,
 }
 
 /// How the collector measures its progress through the reply queue (see [`progress`]).
@@ -96,12 +99,19 @@ pub struct Probes {
 }
 
 impl ResultCollector {
-    /// A collector applying replies from the broker at `amqp_url` to `store`.
-    pub fn new(store: Arc<dyn Store>, amqp_url: impl Into<String>, probes: Probes) -> Self {
+    /// A collector applying replies from the broker at `amqp_url` to `store`, telling
+    /// `dispatch` which runs were answered.
+    pub fn new(
+        store: Arc<dyn Store>,
+        amqp_url: impl Into<String>,
+        probes: Probes,
+        dispatch: DispatchHandle,
+    ) -> Self {
         Self {
             store,
             amqp_url: amqp_url.into(),
             probes,
+            dispatch,
         }
     }
 
@@ -268,6 +278,8 @@ impl ResultCollector {
             .hold_through_outage(cancel, || self.store.record_replies(replies))
             .await?;
         metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(1);
+        self.dispatch
+            .runs_answered(answered_runs(replies, &applied));
         for (reply, applied) in replies.iter().copied().zip(applied) {
             let applied = if applied.0 == ReplyEffect::Broadcast {
                 self.hold_through_outage(cancel, || {
@@ -313,6 +325,25 @@ impl ResultCollector {
             }
         }
     }
+}
+
+/// The runs a recorded round moved on from `scheduled` or `dispatched`: an ack, a
+/// heartbeat or a result that applied.
+fn answered_runs<'a>(
+    replies: &'a [&Reply],
+    applied: &'a [ReplyApplied],
+) -> impl Iterator<Item = uuid::Uuid> + 'a {
+    replies
+        .iter()
+        .zip(applied)
+        .filter(|(reply, (effect, _))| {
+            *effect == ReplyEffect::Applied
+                && matches!(
+                    reply,
+                    Reply::Ack(_) | Reply::Heartbeat(_) | Reply::Result(_)
+                )
+        })
+        .filter_map(|(reply, _)| reply.task_id())
 }
 
 /// Parses a delivery into its replies, ready for the store; dead-letters it (and returns
@@ -428,6 +459,52 @@ async fn open_consumer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn applied_acks_and_results_answer_their_runs() {
+        use chime_consumer::protocol::{AckMessage, PresenceMessage};
+        let ack = |n: u128| {
+            Reply::Ack(AckMessage {
+                v: 1,
+                task_id: uuid::Uuid::from_u128(n),
+                attempt: 1,
+                consumer: "c".into(),
+                acked_at: Utc::now(),
+            })
+        };
+        let result = Reply::Result(ResultMessage {
+            v: 1,
+            task_id: uuid::Uuid::from_u128(3),
+            attempt: 1,
+            consumer: "c".into(),
+            finished_at: Utc::now(),
+            replayed: false,
+            outcome: TaskOutcome::Succeeded { output: None },
+        });
+        let presence = Reply::Presence(PresenceMessage {
+            v: 1,
+            instance: "i".into(),
+            group: "g".into(),
+            zone: None,
+            broadcast: false,
+            at: Utc::now(),
+        });
+        let (one, two, four) = (ack(1), ack(2), ack(4));
+        let replies = [&one, &two, &result, &presence, &four];
+        let applied = [
+            (ReplyEffect::Applied, None),
+            (ReplyEffect::Stale, None),
+            (ReplyEffect::Applied, Some(RunState::Succeeded)),
+            (ReplyEffect::Applied, None),
+            (ReplyEffect::Broadcast, None),
+        ];
+        let answered: Vec<uuid::Uuid> = answered_runs(&replies, &applied).collect();
+        assert_eq!(
+            answered,
+            [uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(3)],
+            "a stale ack, a presence and a broadcast reply answer nothing"
+        );
+    }
 
     #[test]
     fn outages_are_transient_and_bad_data_is_not() {
