@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Parser;
 
 use chime_scheduler::{config::Layers, daemon, telemetry};
@@ -31,8 +32,7 @@ struct Args {
     log_format: Option<String>,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut layers = Layers::new();
     if let Some(path) = &args.config {
@@ -46,6 +46,14 @@ async fn main() -> anyhow::Result<()> {
         .flag("node_name", args.node_name.as_deref())
         .flag("log_format", args.log_format.as_deref())
         .build()?;
-    telemetry::init_tracing(config.log_format, &config.log);
-    daemon::run(config, chime_consumer::shutdown_signal()).await
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads(cpus))
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        telemetry::init_tracing(config.log_format, &config.log);
+        daemon::run(config, chime_consumer::shutdown_signal()).await
+    })
 }
