@@ -19,8 +19,8 @@ fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
     rabbitmqctl_output(args).map(|_| ())
 }
 
-/// Runs `rabbitmqctl` and returns its standard output.
-fn rabbitmqctl_output(args: &[&str]) -> Result<String, String> {
+/// Runs `rabbitmqctl` (or `CHIME_RABBITMQCTL`) and returns its standard output.
+pub fn rabbitmqctl_output(args: &[&str]) -> Result<String, String> {
     let command = std::env::var("CHIME_RABBITMQCTL").unwrap_or_else(|_| "rabbitmqctl".into());
     let mut words = command.split_whitespace();
     let program = words.next().expect("a rabbitmqctl command");

@@ -18,10 +18,9 @@ pub async fn describe(postgres_url: &str) -> Value {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
     let kernel = command(&["uname", "-r"]);
-    let rabbitmq = command(&[
-        &std::env::var("CHIME_RABBITMQCTL").unwrap_or_else(|_| "rabbitmqctl".into()),
-        "version",
-    ]);
+    let rabbitmq = crate::vhost::rabbitmqctl_output(&["version"])
+        .map_or_else(|_| "unknown".into(), |v| v.trim().to_string());
+    let wal_max = quorum_wal_limit();
     let postgres = postgres_version(postgres_url).await;
     let commit = command(&["git", "rev-parse", "--short", "HEAD"]);
     let profile = if cfg!(debug_assertions) {
@@ -30,10 +29,25 @@ pub async fn describe(postgres_url: &str) -> Value {
         "release"
     };
     json!({
-        "summary": format!("{cpus} × {model}, {mem_gib:.0} GiB, Linux {kernel}, RabbitMQ {rabbitmq}, {postgres}, commit {commit} ({profile} build)"),
+        "summary": format!("{cpus} × {model}, {mem_gib:.0} GiB, Linux {kernel}, RabbitMQ {rabbitmq} (quorum WAL limit {wal_max}), {postgres}, commit {commit} ({profile} build)"),
         "cpu": model, "cpus": cpus, "memory_gib": mem_gib, "kernel": kernel,
-        "rabbitmq": rabbitmq, "postgres": postgres, "commit": commit, "profile": profile,
+        "rabbitmq": rabbitmq, "rabbitmq_wal_max_size_bytes": wal_max,
+        "postgres": postgres, "commit": commit, "profile": profile,
     })
+}
+
+/// The broker's quorum-queue WAL limit (`raft.wal_max_size_bytes`, which decides how
+/// often W2's windows hold a rollover), or `"default"` when the node does not say.
+fn quorum_wal_limit() -> String {
+    crate::vhost::rabbitmqctl_output(&["eval", "application:get_env(ra, wal_max_size_bytes)."])
+        .ok()
+        .and_then(|out| {
+            out.trim()
+                .strip_prefix("{ok,")?
+                .strip_suffix('}')
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "default".into())
 }
 
 fn command(args: &[&str]) -> String {
