@@ -90,12 +90,23 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
                 );
             }
             "W2" if outcome["params"]["search"].is_array() => {
-                // The search's summary: smoke searches 100 fires/s, which any box keeps up with.
-                assert_eq!(m["highest_rate_kept_up"], 100, "{outcome}");
-                assert!(
-                    m["consume_p99_ms_at_highest"].as_f64().unwrap() > 0.0,
-                    "{outcome}"
-                );
+                // The search's summary: smoke searches 100 fires/s, which any box keeps up
+                // with unless the box itself stalls through the 3 s window (seen once: a
+                // 1.3 s disk stall in Chime's window). Then the summary must say so: a
+                // long stall in Chime's window, or the broker alone late at 100/s too.
+                if m["highest_rate_kept_up"] == 100 {
+                    assert!(
+                        m["consume_p99_ms_at_highest"].as_f64().unwrap() > 0.0,
+                        "{outcome}"
+                    );
+                } else {
+                    let stall = m["longest_disk_stall_ms_at_box_limit"]["chime"].as_f64();
+                    let box_late = m.get("highest_rate_box_sustains").is_none();
+                    assert!(
+                        box_late || stall.is_some_and(|ms| ms >= 500.0),
+                        "not kept up at 100 fires/s without the box stalling: {outcome}"
+                    );
+                }
                 // Judged where the broker alone delivers within the target, or missed
                 // as "none" if it delivered no rate within it; either way one check.
                 assert!(m.get("highest_rate_within_target").is_some(), "{outcome}");
