@@ -51,7 +51,7 @@ start() {
     mkdir -p "$DIR/mnesia" "$DIR/log"
     # No plugins: the shared broker may hold the management and Prometheus ports.
     echo "[]." >"$DIR/enabled_plugins"
-    # rabbitmq-server wants the config path without its extension for .conf files.
+    # The node reads its own copy, so editing the deploy file cannot change a running node.
     cp "$CONF" "$DIR/rabbitmq.conf"
     log "starting $NODE on port $PORT (data in $DIR, config $CONF)"
     RABBITMQ_NODENAME=$NODE \

@@ -234,9 +234,10 @@ async fn write(
         if let Some((mut dispatched, at)) = due {
             let answered = unmarked.retain_unmarked(&mut dispatched);
             metrics::counter!(telemetry::DISPATCH_MARKS_SKIPPED).increment(answered as u64);
-            if dispatched.is_empty() {
-                // Every run was answered first: nothing to write.
-            } else if let Err(error) = store.mark_dispatched(&dispatched, at).await {
+            // When every run was answered first there is nothing to write.
+            if !dispatched.is_empty()
+                && let Err(error) = store.mark_dispatched(&dispatched, at).await
+            {
                 error!(%error, runs = dispatched.len(), "could not mark runs dispatched");
                 metrics::counter!(telemetry::STORE_ERRORS, "operation" => "mark_dispatched")
                     .increment(1);

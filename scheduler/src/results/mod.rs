@@ -327,8 +327,8 @@ impl ResultCollector {
     }
 }
 
-/// The runs a recorded round moved on from `scheduled` or `dispatched`: an ack, a
-/// heartbeat or a result that applied.
+/// The runs a recorded round moved on from `scheduled` or `dispatched`: those of the
+/// replies about a task (an ack, a heartbeat or a result) that applied.
 fn answered_runs<'a>(
     replies: &'a [&Reply],
     applied: &'a [ReplyApplied],
@@ -336,13 +336,7 @@ fn answered_runs<'a>(
     replies
         .iter()
         .zip(applied)
-        .filter(|(reply, (effect, _))| {
-            *effect == ReplyEffect::Applied
-                && matches!(
-                    reply,
-                    Reply::Ack(_) | Reply::Heartbeat(_) | Reply::Result(_)
-                )
-        })
+        .filter(|(_, (effect, _))| *effect == ReplyEffect::Applied)
         .filter_map(|(reply, _)| reply.task_id())
 }
 
