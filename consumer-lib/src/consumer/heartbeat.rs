@@ -40,7 +40,8 @@ where
     let beats = beat(ctx, replies, every, progress);
     tokio::pin!(work, beats);
     tokio::select! {
-        // Polled first, so a finished handler never waits for a heartbeat's confirm.
+        // The handler is polled first on every wake, and no random pick is drawn per
+        // poll on this per-delivery path.
         biased;
         output = &mut work => output,
         () = &mut beats => unreachable!("the heartbeat loop never ends"),
