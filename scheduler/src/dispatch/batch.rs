@@ -6,11 +6,13 @@ use std::{future::Future, pin::Pin, time::Duration};
 
 use chrono::{DateTime, Utc};
 use futures_util::future::{join, join_all};
-use lapin::{BasicProperties, Channel, Confirmation, options::BasicPublishOptions};
+use lapin::{
+    BasicProperties, Channel, Confirmation, PublisherConfirm, options::BasicPublishOptions,
+};
 use tracing::{error, warn};
 use uuid::Uuid;
 
-use chime_consumer::protocol::topology;
+use chime_consumer::protocol::{TaskMessage, topology};
 
 use super::{CONFIRM_TIMEOUT, Dispatcher, MAX_BATCH, Outgoing};
 use crate::telemetry;
@@ -124,16 +126,14 @@ impl Dispatcher {
     ) -> Result<InFlight, Broken> {
         batch = self.declare_groups(channel, batch).await?;
         let published_at = Utc::now();
-        let mut confirms = Vec::with_capacity(batch.len());
-        let mut copies = Vec::with_capacity(batch.len());
-        let mut sent = Vec::with_capacity(batch.len());
         let leases = self.ownership.current();
-        let mut tasks = batch.into_iter();
-        while let Some(mut outgoing) = tasks.next() {
+        let mut messages = Vec::with_capacity(batch.len());
+        let mut going = Vec::with_capacity(batch.len());
+        for mut outgoing in batch {
             outgoing.task.published_at = published_at;
             let task = &outgoing.task;
-            // Checked again per task, right before it goes out: a node frozen in the
-            // middle of a batch must not wake up and publish for shards it lost.
+            // Checked again per task, right before the batch goes out: a node frozen in
+            // the middle of a batch must not wake up and publish for shards it lost.
             if outgoing.fenced
                 && !leases.trusts(
                     self.ownership.shard_of(task.job_id),
@@ -144,68 +144,43 @@ impl Dispatcher {
                 self.queued.remove(&task.task_id);
                 continue;
             }
-            let body = task.to_vec();
-            let properties = BasicProperties::default()
-                .with_content_type("application/json".into())
-                .with_delivery_mode(2)
-                .with_message_id(task.task_id.to_string().into())
-                .with_timestamp(published_at.timestamp() as u64)
-                .with_app_id(self.ownership.node().into());
-            let (exchange, routing_key) = topology::task_route(task);
-            let published = channel
-                .basic_publish(
-                    exchange.into(),
-                    routing_key.as_str().into(),
-                    BasicPublishOptions {
-                        mandatory: topology::task_is_mandatory(task),
-                        ..BasicPublishOptions::default()
-                    },
-                    &body,
-                    properties.clone(),
-                )
-                .await;
-            // The publish/subscribe copy for observers, only when one registered for
-            // it: never mandatory, and its fate never touches the run.
-            let copied = match &published {
-                Ok(_) if !self.observed.wants_copy(&task.app, &task.job) => None,
-                Ok(_) => Some(
-                    channel
-                        .basic_publish(
-                            topology::TOPIC_EXCHANGE.into(),
-                            topology::topic_routing_key(&task.app, &task.job)
-                                .as_str()
-                                .into(),
-                            BasicPublishOptions::default(),
-                            &body,
-                            properties,
-                        )
-                        .await,
-                ),
-                Err(_) => None,
-            };
+            messages.push(TaskPublish::of(
+                task,
+                published_at,
+                self.ownership.node(),
+                self.observed.wants_copy(&task.app, &task.job),
+            ));
+            going.push(outgoing);
+        }
+        // Every publish of the batch starts before any is awaited: lapin then writes the
+        // batch's frames to the socket together, where awaiting each publish in turn
+        // cost a hand-off to its I/O thread and a write per task.
+        let published = join_all(messages.iter().map(|message| message.publish(channel))).await;
+        let mut confirms = Vec::with_capacity(going.len());
+        let mut copies = Vec::with_capacity(going.len());
+        let mut failure = None;
+        for (published, copied) in published {
             match (published, copied) {
-                (Ok(confirm), Some(Ok(copy))) => {
+                (Ok(confirm), copied) => {
                     confirms.push(confirm);
-                    copies.push(copy);
-                    sent.push(outgoing);
+                    match copied {
+                        Some(Ok(copy)) => copies.push(copy),
+                        Some(Err(e)) => failure = failure.or(Some(e)),
+                        None => {}
+                    }
                 }
-                (Ok(confirm), None) => {
-                    confirms.push(confirm);
-                    sent.push(outgoing);
-                }
-                (Err(e), _) | (Ok(_), Some(Err(e))) => {
-                    // Everything not yet confirmed goes back; what was published may
-                    // go out twice (absorbed by idempotency).
-                    let mut retry = sent;
-                    retry.push(outgoing);
-                    retry.extend(tasks);
-                    return Err(Broken {
-                        reason: format!("publishing: {e}"),
-                        retry,
-                    });
-                }
+                (Err(e), _) => failure = failure.or(Some(e)),
             }
         }
+        if let Some(e) = failure {
+            // Everything not yet confirmed goes back; what was published may go out
+            // twice (absorbed by idempotency).
+            return Err(Broken {
+                reason: format!("publishing: {e}"),
+                retry: going,
+            });
+        }
+        let sent = going;
         self.in_flight += sent.len();
         Ok(Box::pin(async move {
             let outcomes =
@@ -353,6 +328,74 @@ impl Dispatcher {
 
 /// What a task is published into: its work queue, or for a broadcast the group's
 /// broadcast route.
-fn destination(task: &chime_consumer::protocol::TaskMessage) -> String {
+fn destination(task: &TaskMessage) -> String {
     topology::task_queue(task).unwrap_or_else(|| format!("broadcast:{}", task.group))
+}
+
+/// One task as it goes on the wire: its body, properties and route, and whether an
+/// observer copy goes with it.
+struct TaskPublish {
+    body: Vec<u8>,
+    properties: BasicProperties,
+    exchange: &'static str,
+    routing_key: String,
+    mandatory: bool,
+    copy_key: Option<String>,
+}
+
+impl TaskPublish {
+    fn of(task: &TaskMessage, published_at: DateTime<Utc>, node: &str, copied: bool) -> Self {
+        let (exchange, routing_key) = topology::task_route(task);
+        Self {
+            body: task.to_vec(),
+            properties: BasicProperties::default()
+                .with_content_type("application/json".into())
+                .with_delivery_mode(2)
+                .with_message_id(task.task_id.to_string().into())
+                .with_timestamp(published_at.timestamp() as u64)
+                .with_app_id(node.into()),
+            exchange,
+            routing_key,
+            mandatory: topology::task_is_mandatory(task),
+            copy_key: copied.then(|| topology::topic_routing_key(&task.app, &task.job)),
+        }
+    }
+
+    /// Publishes the task and then, only if the task went out, its observer copy: never
+    /// mandatory, and its fate never touches the run.
+    async fn publish(
+        &self,
+        channel: &Channel,
+    ) -> (
+        Result<PublisherConfirm, lapin::Error>,
+        Option<Result<PublisherConfirm, lapin::Error>>,
+    ) {
+        let published = channel
+            .basic_publish(
+                self.exchange.into(),
+                self.routing_key.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: self.mandatory,
+                    ..BasicPublishOptions::default()
+                },
+                &self.body,
+                self.properties.clone(),
+            )
+            .await;
+        let copied = match (&published, &self.copy_key) {
+            (Ok(_), Some(key)) => Some(
+                channel
+                    .basic_publish(
+                        topology::TOPIC_EXCHANGE.into(),
+                        key.as_str().into(),
+                        BasicPublishOptions::default(),
+                        &self.body,
+                        self.properties.clone(),
+                    )
+                    .await,
+            ),
+            _ => None,
+        };
+        (published, copied)
+    }
 }
