@@ -1245,6 +1245,72 @@ async fn manual_runs_and_unconfirmed_runs(store: &dyn Store) {
     assert_eq!(run.trigger, RunTrigger::Manual);
 }
 
+/// A run recorded while its job allowed overlaps still holds back the job's fires once
+/// the job changes to `forbid`; runs of other jobs never do.
+async fn a_job_changed_to_forbid_waits_for_runs_recorded_before(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = Job::new(spec("switching", json!({"every": "1s"})), now);
+    let other = Job::new(spec("neighbour", json!({"every": "1s"})), now);
+    store.insert_job(&job).await.unwrap();
+    store.insert_job(&other).await.unwrap();
+    let first = store
+        .fire(
+            &[job.id, other.id],
+            now + Duration::seconds(1),
+            GRACE,
+            &firing(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.recorded.len(), 2);
+    let recorded = store
+        .get_run(first.recorded[0].task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recorded.overlap, OverlapPolicy::Allow);
+
+    let mut forbid = job.spec.clone();
+    forbid.settings.overlap = OverlapPolicy::Forbid;
+    let changed = job.updated(forbid, now + Duration::milliseconds(1100));
+    store.update_job(&changed, 1, false).await.unwrap();
+    let run_id = first
+        .recorded
+        .iter()
+        .find(|task| task.job_id == job.id)
+        .unwrap()
+        .task_id;
+    let marked = store.get_run(run_id).await.unwrap().unwrap();
+    assert_eq!(
+        marked.overlap,
+        OverlapPolicy::Forbid,
+        "its unfinished run is marked"
+    );
+
+    let second = store
+        .fire(&[job.id], now + Duration::seconds(2), GRACE, &firing())
+        .await
+        .unwrap();
+    assert!(
+        second.recorded.is_empty(),
+        "the run from before the change is unfinished"
+    );
+    assert_eq!(second.skipped_overlap, vec![job.id]);
+
+    // Changing a `forbid` job again leaves its runs as they are, and a job that allows
+    // overlaps still fires beside its own unfinished run.
+    let mut renamed = changed.spec.clone();
+    renamed.name = "switching-renamed".into();
+    let again = changed.updated(renamed, now + Duration::milliseconds(2100));
+    store.update_job(&again, 2, false).await.unwrap();
+    let beside = store
+        .fire(&[other.id], now + Duration::seconds(2), GRACE, &firing())
+        .await
+        .unwrap();
+    assert_eq!(beside.recorded.len(), 1);
+    assert!(beside.skipped_overlap.is_empty());
+}
+
 async fn overlap_forbid_skips_fires_while_a_run_is_unfinished(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let mut spec = spec("exclusive", json!({"every": "1s"}));
@@ -2150,6 +2216,7 @@ store_suite!(
         deadlines_follow_acks_and_heartbeats,
         replay_revives_only_dead_runs,
         overlap_forbid_skips_fires_while_a_run_is_unfinished,
+        a_job_changed_to_forbid_waits_for_runs_recorded_before,
         queries_filter_by_shard,
         sharded_and_zone_fires_record_one_run_per_item,
         broadcast_replies_are_kept_per_instance,

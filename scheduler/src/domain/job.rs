@@ -176,6 +176,25 @@ pub enum OverlapPolicy {
     Forbid,
 }
 
+impl OverlapPolicy {
+    /// The policy's name in the API and in the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverlapPolicy::Allow => "allow",
+            OverlapPolicy::Forbid => "forbid",
+        }
+    }
+
+    /// The policy named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "allow" => Some(OverlapPolicy::Allow),
+            "forbid" => Some(OverlapPolicy::Forbid),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 impl JobSettings {
     /// An every-second job for group `web` in `mode`, for unit tests.
@@ -519,6 +538,7 @@ impl Job {
                     .item(settings.target.mode, shard, total, zone);
                 run.ack_timeout = settings.ack_timeout.get();
                 run.run_timeout = settings.run_timeout.get();
+                run.overlap = settings.overlap;
                 run
             })
             .collect()

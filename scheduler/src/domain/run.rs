@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Progress, item_run_id};
 
-use super::broadcast::InstanceReceipt;
+use super::{OverlapPolicy, broadcast::InstanceReceipt};
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -167,6 +167,10 @@ pub struct Run {
     pub mode: DeliveryMode,
     /// The zone this item is for (`zone` mode).
     pub zone: Option<String>,
+    /// The job's overlap policy when the run was recorded, brought up to date while the
+    /// run is unfinished when the job changes to `forbid`: only such runs are indexed
+    /// as unfinished, so a fire of any other job writes no index entry for it.
+    pub overlap: OverlapPolicy,
     /// `broadcast` mode: what each consumer instance did with the current and earlier
     /// attempts (one entry per instance, its latest attempt).
     pub instances: Vec<InstanceReceipt>,
@@ -210,6 +214,7 @@ impl Run {
             heartbeat_at: None,
             mode: DeliveryMode::Group,
             zone: None,
+            overlap: OverlapPolicy::Allow,
             instances: Vec::new(),
         }
     }

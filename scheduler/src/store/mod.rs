@@ -17,7 +17,7 @@ macro_rules! run_columns {
     () => {
         "id, job_id, fire_time, shard, shard_total, attempt, state, trigger, payload, created_at, \
          dispatched_at, acked_at, finished_at, consumer, output, error, fired_by, ack_timeout_ms, \
-         run_timeout_ms, due_at, history, progress, heartbeat_at, mode, zone, instances"
+         run_timeout_ms, due_at, history, progress, heartbeat_at, mode, zone, instances, overlap"
     };
 }
 
@@ -27,6 +27,15 @@ macro_rules! run_columns {
 macro_rules! finished_runs {
     () => {
         "state IN ('succeeded', 'dead') AND due_at IS NULL"
+    };
+}
+
+/// The runs a fire of an overlap-`forbid` job waits for: unfinished runs recorded under
+/// `forbid`. The same predicate as the `runs_unfinished` partial index (PostgreSQL
+/// migration 0009, SQLite 0008), verbatim, so both backends read through it.
+macro_rules! forbidding_runs {
+    () => {
+        "overlap = 'forbid' AND state IN ('scheduled', 'dispatched', 'acked', 'failed')"
     };
 }
 

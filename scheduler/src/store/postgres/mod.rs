@@ -190,6 +190,11 @@ fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
             DeliveryMode::parse(&name).ok_or_else(|| corrupt(&what, format!("mode {name:?}")))?
         },
         zone: row.try_get("zone")?,
+        overlap: {
+            let name: String = row.try_get("overlap")?;
+            OverlapPolicy::parse(&name)
+                .ok_or_else(|| corrupt(&what, format!("overlap {name:?}")))?
+        },
         instances: row
             .try_get::<Json<Vec<InstanceReceipt>>, _>("instances")
             .map_err(|e| corrupt(&what, e))?
@@ -318,6 +323,7 @@ struct RunColumns {
     due_at: Vec<Option<DateTime<Utc>>>,
     mode: Vec<String>,
     zone: Vec<Option<String>>,
+    overlap: Vec<&'static str>,
 }
 
 impl RunColumns {
@@ -338,6 +344,7 @@ impl RunColumns {
         self.due_at.push(run.due_at);
         self.mode.push(run.mode.as_str().to_string());
         self.zone.push(run.zone.clone());
+        self.overlap.push(run.overlap.as_str());
     }
 
     /// Inserts the runs, skipping ids already recorded; returns the ids inserted.
@@ -348,11 +355,11 @@ impl RunColumns {
         let inserted = sqlx::query_scalar(
             "INSERT INTO runs (id, job_id, fire_time, shard, shard_total, attempt, state, trigger,
                                payload, created_at, fired_by, ack_timeout_ms, run_timeout_ms,
-                               due_at, mode, zone)
+                               due_at, mode, zone, overlap)
              SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[],
                                   $6::int[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[],
                                   $11::text[], $12::bigint[], $13::bigint[], $14::timestamptz[],
-                                  $15::text[], $16::text[])
+                                  $15::text[], $16::text[], $17::text[])
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
         )
@@ -372,6 +379,7 @@ impl RunColumns {
         .bind(self.due_at)
         .bind(self.mode)
         .bind(self.zone)
+        .bind(self.overlap)
         .fetch_all(conn)
         .await?;
         Ok(inserted)
@@ -449,6 +457,14 @@ impl Store for PostgresStore {
         set_next_fire: bool,
     ) -> Result<Job, StoreError> {
         let mut tx = self.pool.begin().await?;
+        let stored_overlap: Option<String> =
+            sqlx::query_scalar("SELECT settings->>'overlap' FROM jobs WHERE id = $1 FOR UPDATE")
+                .bind(job.id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .flatten();
+        let becomes_forbid = job.spec.settings.overlap == OverlapPolicy::Forbid
+            && stored_overlap.as_deref() != Some(OverlapPolicy::Forbid.as_str());
         let updated = sqlx::query(concat!(
             "UPDATE jobs SET app = $1, name = $2, settings = $3, paused = $4, version = $5,
                  next_fire_at = CASE WHEN $6 THEN $7 ELSE next_fire_at END,
@@ -470,6 +486,18 @@ impl Store for PostgresStore {
         .await;
         match updated {
             Ok(Some(row)) => {
+                if becomes_forbid {
+                    // Its unfinished runs were recorded under `allow`: from now on its
+                    // fires wait for them too.
+                    sqlx::query(
+                        "UPDATE runs SET overlap = 'forbid'
+                         WHERE job_id = $1 AND overlap <> 'forbid'
+                           AND state IN ('scheduled', 'dispatched', 'acked', 'failed')",
+                    )
+                    .bind(job.id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
                 let withdrawn: Vec<DateTime<Utc>> = sqlx::query_scalar(
                     "DELETE FROM runs WHERE job_id = $1 AND fire_time > $2 AND state = 'scheduled'
                        AND attempt = 1 AND trigger = 'schedule'
@@ -602,10 +630,10 @@ impl Store for PostgresStore {
         let busy: HashSet<Uuid> = if forbid.is_empty() {
             HashSet::new()
         } else {
-            sqlx::query_scalar(
-                "SELECT DISTINCT job_id FROM runs
-                 WHERE job_id = ANY($1) AND state IN ('scheduled', 'dispatched', 'acked', 'failed')",
-            )
+            sqlx::query_scalar(concat!(
+                "SELECT DISTINCT job_id FROM runs WHERE job_id = ANY($1) AND ",
+                forbidding_runs!()
+            ))
             .bind(&forbid)
             .fetch_all(&mut *tx)
             .await?
@@ -668,9 +696,9 @@ impl Store for PostgresStore {
         // collector locks them, so the two never deadlock. Runs no longer `scheduled`
         // (usually: their replies came first, see `dispatch::marker`) are left out by a
         // plain read first, so they are not even locked. The state is checked outside
-        // the queries' WHERE on purpose: with it inside, the planner ANDs the primary key
-        // with the whole partial index `runs_unfinished`, reading every unfinished run
-        // (and every dead index entry) on each call. The `id = ANY($1)` and the parts'
+        // the queries' WHERE on purpose: with it inside, the planner ANDed the primary key
+        // with the whole partial index `runs_unfinished` (before it held only `forbid`
+        // runs), reading every unfinished run (and every dead index entry) on each call. The `id = ANY($1)` and the parts'
         // size keep both statements on the primary key. Each part commits on its own:
         // marking is idempotent, and one transaction over a large backlog would hold
         // its row locks, and so the collectors, until the end.

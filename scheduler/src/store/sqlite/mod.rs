@@ -225,6 +225,11 @@ fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
         zone: row.try_get("zone")?,
         instances: serde_json::from_str(&row.try_get::<String, _>("instances")?)
             .map_err(|e| corrupt(&what, e))?,
+        overlap: {
+            let name: String = row.try_get("overlap")?;
+            OverlapPolicy::parse(&name)
+                .ok_or_else(|| corrupt(&what, format!("overlap {name:?}")))?
+        },
     })
 }
 
@@ -285,7 +290,7 @@ async fn insert_runs(conn: &mut SqliteConnection, runs: &[Run]) -> Result<Vec<bo
              value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, \
              value ->> 12, value ->> 13, value ->> 14, value ->> 15, value ->> 16, value ->> 17, \
              value ->> 18, value ->> 19, value ->> 20, value ->> 21, value ->> 22, value ->> 23, \
-             value ->> 24, value ->> 25 \
+             value ->> 24, value ->> 25, value ->> 26 \
              FROM json_each(?) WHERE true ON CONFLICT (id) DO NOTHING"
         ))
         .bind(Value::Array(new).to_string())
@@ -326,6 +331,7 @@ fn run_row(run: &Run) -> Value {
         run.mode.as_str(),
         run.zone,
         serde_json::to_string(&run.instances).expect("receipts serialise"),
+        run.overlap.as_str(),
     ])
 }
 
@@ -436,6 +442,14 @@ impl Store for SqliteStore {
         set_next_fire: bool,
     ) -> Result<Job, StoreError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let stored_overlap: Option<String> =
+            sqlx::query_scalar("SELECT json_extract(settings, '$.overlap') FROM jobs WHERE id = ?")
+                .bind(job.id.to_string())
+                .fetch_optional(&mut *tx)
+                .await?
+                .flatten();
+        let becomes_forbid = job.spec.settings.overlap == OverlapPolicy::Forbid
+            && stored_overlap.as_deref() != Some(OverlapPolicy::Forbid.as_str());
         let updated = sqlx::query(concat!(
             "UPDATE jobs SET app = ?, name = ?, settings = ?, paused = ?, version = ?, \
              next_fire_at = CASE WHEN ? THEN ? ELSE next_fire_at END, updated_at = ? \
@@ -459,6 +473,18 @@ impl Store for SqliteStore {
             Err(e) => return Err(job_write_error(e, job)),
         };
         if let Some(row) = row {
+            if becomes_forbid {
+                // Its unfinished runs were recorded under `allow`: from now on its fires
+                // wait for them too.
+                sqlx::query(
+                    "UPDATE runs SET overlap = 'forbid'
+                     WHERE job_id = ? AND overlap <> 'forbid'
+                       AND state IN ('scheduled', 'dispatched', 'acked', 'failed')",
+                )
+                .bind(job.id.to_string())
+                .execute(&mut *tx)
+                .await?;
+            }
             let withdrawn: Vec<i64> = sqlx::query_scalar(
                 "DELETE FROM runs WHERE job_id = ?1 AND fire_time > ?2 AND state = 'scheduled'
                    AND attempt = 1 AND trigger = 'schedule'
@@ -575,11 +601,11 @@ impl Store for SqliteStore {
         let busy: Vec<String> = if forbid.is_empty() {
             Vec::new()
         } else {
-            sqlx::query_scalar(
+            sqlx::query_scalar(concat!(
                 "SELECT DISTINCT job_id FROM runs
-                 WHERE job_id IN (SELECT value FROM json_each(?))
-                   AND state IN ('scheduled', 'dispatched', 'acked', 'failed')",
-            )
+                 WHERE job_id IN (SELECT value FROM json_each(?)) AND ",
+                forbidding_runs!()
+            ))
             .bind(serde_json::to_string(&forbid).expect("uuids serialise"))
             .fetch_all(&mut *tx)
             .await?
