@@ -30,12 +30,19 @@ macro_rules! finished_runs {
     };
 }
 
+/// Runs not finished yet: recorded, in flight, or waiting for a retry.
+macro_rules! unfinished_runs {
+    () => {
+        "state IN ('scheduled', 'dispatched', 'acked', 'failed')"
+    };
+}
+
 /// The runs a fire of an overlap-`forbid` job waits for: unfinished runs recorded under
 /// `forbid`. The same predicate as the `runs_unfinished` partial index (PostgreSQL
 /// migration 0009, SQLite 0008), verbatim, so both backends read through it.
 macro_rules! forbidding_runs {
     () => {
-        "overlap = 'forbid' AND state IN ('scheduled', 'dispatched', 'acked', 'failed')"
+        concat!("overlap = 'forbid' AND ", unfinished_runs!())
     };
 }
 

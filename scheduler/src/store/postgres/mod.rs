@@ -489,11 +489,11 @@ impl Store for PostgresStore {
                 if becomes_forbid {
                     // Its unfinished runs were recorded under `allow`: from now on its
                     // fires wait for them too.
-                    sqlx::query(
+                    sqlx::query(concat!(
                         "UPDATE runs SET overlap = 'forbid'
-                         WHERE job_id = $1 AND overlap <> 'forbid'
-                           AND state IN ('scheduled', 'dispatched', 'acked', 'failed')",
-                    )
+                         WHERE job_id = $1 AND overlap <> 'forbid' AND ",
+                        unfinished_runs!()
+                    ))
                     .bind(job.id)
                     .execute(&mut *tx)
                     .await?;

@@ -476,11 +476,11 @@ impl Store for SqliteStore {
             if becomes_forbid {
                 // Its unfinished runs were recorded under `allow`: from now on its fires
                 // wait for them too.
-                sqlx::query(
+                sqlx::query(concat!(
                     "UPDATE runs SET overlap = 'forbid'
-                     WHERE job_id = ? AND overlap <> 'forbid'
-                       AND state IN ('scheduled', 'dispatched', 'acked', 'failed')",
-                )
+                     WHERE job_id = ? AND overlap <> 'forbid' AND ",
+                    unfinished_runs!()
+                ))
                 .bind(job.id.to_string())
                 .execute(&mut *tx)
                 .await?;
