@@ -1,7 +1,8 @@
-//! The SQLite store: the embedded default for a single node. WAL journal, a busy timeout,
-//! and `BEGIN IMMEDIATE` for every write transaction so writers queue instead of failing
-//! with "database is locked". Instants are stored as unix milliseconds. Consumers'
-//! replies are applied in [`replies`].
+//! The SQLite store: the embedded default for a single node. WAL journal, one writer
+//! connection that every write goes through (writers queue for it instead of failing with
+//! "database is locked"), a few reader connections for reads outside a write, and
+//! `BEGIN IMMEDIATE` for every write transaction. Instants are stored as unix
+//! milliseconds. Consumers' replies are applied in [`replies`].
 
 mod replies;
 
@@ -45,10 +46,26 @@ macro_rules! overdue_filter {
     };
 }
 
+/// Reader connections, for reads that are not part of a write (API reads, the timer's
+/// refill, the reconciler's scan).
+const READERS: u32 = 3;
+
+/// The writer's page cache, in KiB (SQLite's default is 2 000): a fire touches a leaf of
+/// each `runs` index at a random place, and leaves read back from the OS cost a system
+/// call each. Pages are only held once touched, so an idle node stays small.
+const WRITER_CACHE_KIB: u32 = 32 * 1024;
+
 /// Jobs and runs in a SQLite file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    /// The one connection that writes. SQLite runs one write transaction at a time; when
+    /// several connections compete, the losers poll in SQLite's busy handler, sleeping
+    /// 1–100 ms between tries, and every commit throws away the other connections' page
+    /// caches. Queued here instead, the next writer starts the moment the last one
+    /// commits, and the writer's cache stays warm.
+    writer: SqlitePool,
+    /// Connections for reads outside a write transaction; WAL lets them run beside it.
+    readers: SqlitePool,
     file: Option<PathBuf>,
 }
 
@@ -71,12 +88,24 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(StdDuration::from_secs(10))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(
+                options
+                    .clone()
+                    .pragma("cache_size", format!("-{WRITER_CACHE_KIB}")),
+            )
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(READERS)
             .connect_with(options)
             .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        let store = Self { pool, file };
+        let store = Self {
+            writer,
+            readers,
+            file,
+        };
         store.backfill_shards().await?;
         Ok(store)
     }
@@ -118,12 +147,12 @@ impl SqliteStore {
     /// Gives jobs created before shards existed their shard.
     async fn backfill_shards(&self) -> Result<(), StoreError> {
         let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM jobs WHERE shard IS NULL")
-            .fetch_all(&self.pool)
+            .fetch_all(&self.readers)
             .await?;
         if ids.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         for id in ids {
             let shard = shard_of(uuid("job", &id)?, DEFAULT_SHARD_COUNT);
             sqlx::query("UPDATE jobs SET shard = ? WHERE id = ?")
@@ -344,7 +373,7 @@ impl SqliteStore {
         cutoff: DateTime<Utc>,
         limit: u32,
     ) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let deleted = sqlx::query(sql)
             .bind(ms(cutoff))
             .bind(limit)
@@ -380,7 +409,7 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&self.readers).await?;
         Ok(())
     }
 
@@ -400,7 +429,7 @@ impl Store for SqliteStore {
         .bind(ms(job.created_at))
         .bind(ms(job.updated_at))
         .bind(shard_of(job.id, DEFAULT_SHARD_COUNT))
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await;
         result.map(|_| ()).map_err(|e| job_write_error(e, job))
     }
@@ -412,7 +441,7 @@ impl Store for SqliteStore {
             " FROM jobs WHERE id = ?"
         ))
         .bind(id.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.readers)
         .await?
         .as_ref()
         .map(job_from_row)
@@ -428,7 +457,7 @@ impl Store for SqliteStore {
         .bind(&page.app)
         .bind(page.after.map(|id| id.to_string()))
         .bind(page.limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?
         .iter()
         .map(job_from_row)
@@ -441,7 +470,7 @@ impl Store for SqliteStore {
         expected_version: i64,
         set_next_fire: bool,
     ) -> Result<Job, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let stored_overlap: Option<String> =
             sqlx::query_scalar("SELECT json_extract(settings, '$.overlap') FROM jobs WHERE id = ?")
                 .bind(job.id.to_string())
@@ -530,7 +559,7 @@ impl Store for SqliteStore {
     }
 
     async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let deleted = sqlx::query("DELETE FROM jobs WHERE id = ?")
             .bind(id.to_string())
             .execute(&mut *tx)
@@ -559,7 +588,7 @@ impl Store for SqliteStore {
         .bind(ms(before))
         .bind(limit)
         .bind(shard_list(shards))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?;
         let rows = rows
             .iter()
@@ -582,7 +611,7 @@ impl Store for SqliteStore {
     ) -> Result<FireBatch, StoreError> {
         // Single node: the file lock (see `lock_single_node`) is the fence.
         let ids = serde_json::to_string(&job_ids).expect("uuids serialise");
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let jobs = sqlx::query(concat!(
             "SELECT ",
             job_columns!(),
@@ -649,7 +678,7 @@ impl Store for SqliteStore {
     }
 
     async fn insert_run(&self, run: &Run) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let inserted = insert_runs(&mut tx, std::slice::from_ref(run)).await?;
         tx.commit().await?;
         Ok(inserted == [true])
@@ -660,7 +689,7 @@ impl Store for SqliteStore {
             return Ok(());
         }
         let ids = serde_json::to_string(&run_ids).expect("uuids serialise");
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query(
             "UPDATE runs SET state = 'dispatched', dispatched_at = ?1, error = NULL,
                  due_at = ?1 + ack_timeout_ms
@@ -675,7 +704,7 @@ impl Store for SqliteStore {
     }
 
     async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query("UPDATE runs SET error = ? WHERE id = ? AND state = 'scheduled'")
             .bind(reason)
             .bind(run_id.to_string())
@@ -687,7 +716,7 @@ impl Store for SqliteStore {
 
     async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
         let now = Utc::now();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let applied = replies::record_replies(&mut tx, batch, now).await?;
         tx.commit().await?;
         Ok(applied)
@@ -700,7 +729,7 @@ impl Store for SqliteStore {
             " FROM runs WHERE id = ?"
         ))
         .bind(id.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.readers)
         .await?
         .as_ref()
         .map(run_from_row)
@@ -722,7 +751,7 @@ impl Store for SqliteStore {
         .bind(before_time)
         .bind(before_id)
         .bind(page.limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?
         .iter()
         .map(run_from_row)
@@ -738,7 +767,7 @@ impl Store for SqliteStore {
             "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND state = 'scheduled'",
         )
         .bind(ids)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?;
         rows.iter().map(|id| uuid("run", id)).collect()
     }
@@ -763,7 +792,7 @@ impl Store for SqliteStore {
         .bind(limit)
         .bind(after.map(|(at, _)| ms(at)))
         .bind(after.map(|(_, id)| id.to_string()))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?
         .iter()
         .map(run_from_row)
@@ -778,7 +807,7 @@ impl Store for SqliteStore {
             " FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
         ))
         .bind(serde_json::to_string(&job_ids).expect("uuids serialise"))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?;
         Ok(with_jobs(runs, decode_jobs(&jobs, job_from_row)))
     }
@@ -802,7 +831,7 @@ impl Store for SqliteStore {
                 ])
             })
             .collect();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let moved: Vec<String> = sqlx::query_scalar(
             "UPDATE runs SET state = 'scheduled', attempt = runs.attempt + 1, due_at = ?2,
                  dispatched_at = NULL, acked_at = NULL, finished_at = NULL, heartbeat_at = NULL,
@@ -838,7 +867,7 @@ impl Store for SqliteStore {
         dead_lettered: bool,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let changed = sqlx::query(AssertSqlSafe(format!(
             "UPDATE runs SET state = 'dead', error = ?2, due_at = ?3,
                  finished_at = COALESCE(finished_at, ?5),
@@ -863,7 +892,7 @@ impl Store for SqliteStore {
     }
 
     async fn mark_dead_lettered(&self, run_id: Uuid) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query("UPDATE runs SET due_at = NULL WHERE id = ? AND state = 'dead'")
             .bind(run_id.to_string())
             .execute(&mut *tx)
@@ -885,7 +914,7 @@ impl Store for SqliteStore {
              )
              SELECT grp FROM groups WHERE grp IS NOT NULL",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?)
     }
 
@@ -894,7 +923,7 @@ impl Store for SqliteStore {
         run_id: Uuid,
         change: &RunChange<'_>,
     ) -> Result<Option<(bool, Run)>, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let Some(row) = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
@@ -951,14 +980,14 @@ impl Store for SqliteStore {
     }
 
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
-        Self::live_zones_in(&self.pool, since).await
+        Self::live_zones_in(&self.readers, since).await
     }
 
     async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
         let patterns =
             sqlx::query_scalar("SELECT DISTINCT pattern FROM observers WHERE last_seen >= ?")
                 .bind(ms(since))
-                .fetch_all(&self.pool)
+                .fetch_all(&self.readers)
                 .await?;
         Ok(patterns)
     }
@@ -1008,7 +1037,7 @@ impl Store for SqliteStore {
         ))
         .bind(job_id.to_string())
         .bind(ms(fire_time))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?;
         rows.iter().map(run_from_row).collect()
     }
@@ -1031,7 +1060,7 @@ impl SqliteStore {
         .bind(1000)
         .bind(None::<i64>)
         .bind(None::<String>)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?;
         rows.iter()
             .map(|row| Ok(row.try_get::<String, _>("detail")?))
