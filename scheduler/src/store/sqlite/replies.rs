@@ -102,7 +102,7 @@ async fn write_acks(
              dispatched_at = COALESCE(runs.dispatched_at, a.at),
              due_at = ?2 + runs.run_timeout_ms
          FROM (SELECT value ->> 0 AS id, value ->> 1 AS at, value ->> 2 AS consumer
-               FROM json_each(?1)) AS a
+               FROM jsonb_each(?1)) AS a
          WHERE runs.id = a.id",
     )
     .bind(Value::Array(rows).to_string())
@@ -144,7 +144,7 @@ async fn write_successes(
              dispatched_at = COALESCE(runs.dispatched_at, a.acked_at)
          FROM (SELECT value ->> 0 AS id, value ->> 1 AS at, value ->> 2 AS consumer,
                       value ->> 3 AS output, value ->> 4 AS acked_at
-               FROM json_each(?1)) AS a
+               FROM jsonb_each(?1)) AS a
          WHERE runs.id = a.id",
     )
     .bind(Value::Array(rows).to_string())
