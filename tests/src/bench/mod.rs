@@ -305,9 +305,17 @@ pub async fn run_all(
         outcomes.push(settle("W4", Backend::Postgres, run));
     }
     if wanted("W5") {
+        // Beside a tenth of the history and the whole of it, so the summary can tell
+        // work that follows the overdue runs from work that follows the history.
         let (overdue, finished) = sizes.reconcile;
-        let run = bounded(workloads::reconcile::run(overdue, finished, broker_rate)).await;
-        outcomes.push(settle("W5", Backend::Postgres, run));
+        let mut runs = Vec::new();
+        for history in [finished / 10, finished] {
+            let run = bounded(workloads::reconcile::run(overdue, history, broker_rate)).await;
+            runs.push(settle("W5", Backend::Postgres, run));
+        }
+        let summary = workloads::reconcile::summarize(&runs);
+        outcomes.extend(runs);
+        outcomes.push(summary);
     }
     Ok(report::Report {
         scale: scale.as_str().into(),
