@@ -29,7 +29,21 @@ QUOTA_US=$(awk -v c="$CPUS" -v p="$PERIOD_US" 'BEGIN { q = int(c * p); if (q < 1
 
 log() { printf '[slow-box] %s\n' "$*" >&2; }
 
-# cgroup v1 (a cpu hierarchy) or v2 (a unified one with the cpu controller).
+# Whatever was moved into the group goes back to the root group, and the group goes,
+# however this script ends; set before the group exists so a failed setup is undone too.
+release() {
+    [[ -n ${GROUP:-} ]] || return 0
+    local pid
+    for pid in $(cat "$GROUP/cgroup.procs" 2>/dev/null); do
+        echo "$pid" >"$ROOT_PROCS" 2>/dev/null || true
+    done
+    rmdir "$GROUP" 2>/dev/null || true
+}
+trap release EXIT
+trap 'exit 130' INT TERM
+
+# cgroup v1 (a cpu hierarchy) or v2 (a unified one with the cpu controller; not tried
+# here, where the machine has v1).
 if [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
     GROUP=/sys/fs/cgroup/cpu/chime-slow-box
     ROOT_PROCS=/sys/fs/cgroup/cpu/cgroup.procs
@@ -55,16 +69,6 @@ broker_pids() {
     echo "$beam"
     pgrep -P "$beam" || true
 }
-
-release() {
-    local pid
-    for pid in $(cat "$GROUP/cgroup.procs" 2>/dev/null); do
-        echo "$pid" >"$ROOT_PROCS" 2>/dev/null || true
-    done
-    rmdir "$GROUP" 2>/dev/null || true
-}
-trap release EXIT
-trap 'exit 130' INT TERM
 
 moved=0
 for pid in $(broker_pids); do
