@@ -1,0 +1,65 @@
+"""Fixtures: a fresh RabbitMQ vhost per test, a chimed on it, consumer processes that are
+always stopped, and a PostgreSQL database per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import AsyncIterator, Iterator, List
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from support.broker import Vhost  # noqa: E402
+from support.processes import Chimed, ConsumerProcess  # noqa: E402
+
+
+@pytest.fixture
+def vhost() -> Iterator[Vhost]:
+    made = Vhost()
+    yield made
+    made.delete()
+
+
+@pytest.fixture
+async def chimed(vhost: Vhost) -> AsyncIterator[Chimed]:
+    # Fast reconciliation so retries and timeouts show within a test's patience.
+    started = Chimed(vhost.amqp_url, env={"CHIME_RECONCILE_INTERVAL": "200ms"})
+    try:
+        await started.ready()
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def processes() -> Iterator[List[ConsumerProcess]]:
+    """Append every started consumer process here; they are killed after the test."""
+    started: List[ConsumerProcess] = []
+    yield started
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A database of its own on ``CHIME_TEST_POSTGRES_URL``, dropped afterwards."""
+    import psycopg
+
+    server = os.environ.get("CHIME_TEST_POSTGRES_URL")
+    if not server:
+        raise RuntimeError(
+            "PostgreSQL is required for this test: set CHIME_TEST_POSTGRES_URL "
+            "(deploy/local/postgres.sh prints one)"
+        )
+    name = f"chime_pytest_{uuid.uuid4().hex}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = server.rpartition("/")
+    yield f"{base}/{name}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
