@@ -4,6 +4,7 @@ always stopped, and a PostgreSQL database per test."""
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 import sys
 import uuid
 from pathlib import Path
@@ -17,11 +18,19 @@ from support.broker import Vhost  # noqa: E402
 from support.processes import Chimed, ConsumerProcess  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def cleanup() -> Iterator[ThreadPoolExecutor]:
+    """Deletes vhosts in the background (rabbitmqctl takes a second or two each); the
+    session waits for every deletion before it ends."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="vhost-cleanup") as pool:
+        yield pool
+
+
 @pytest.fixture
-def vhost() -> Iterator[Vhost]:
+def vhost(cleanup: ThreadPoolExecutor) -> Iterator[Vhost]:
     made = Vhost()
     yield made
-    made.delete()
+    cleanup.submit(made.delete)
 
 
 @pytest.fixture
