@@ -205,8 +205,10 @@ async def test_it_reconnects_after_the_broker_drops_the_connection(vhost: Vhost)
         await until("the consumer to reconnect", 30,
                     lambda: consumer.stats.get("chime_consumer_reconnects_total") >= 1
                     and consumer.consuming is not None and consumer.consuming.is_set())
-        await until("the group queue to have a consumer again", 30,
-                    lambda: vhost.queues()["chime.group.g"]["consumers"] == 1)
+        async def consumed() -> bool:
+            return await vhost.consumers("chime.group.g") == 1
+
+        await until("the group queue to have a consumer again", 30, consumed)
         task = TaskBuilder("j").group("g").build()
         await publish_task(vhost, task)
         await until("the task after the reconnect", 20, lambda: str(task.task_id) in handled)

@@ -77,7 +77,10 @@ async def test_runs_succeed_retry_and_die(
     for run in (ok, dead, crash):
         assert len(started(processes, run["id"])) == 1
     # The permanent failure's dead letter reached the group's dead-letter queue.
-    await until("the dead letters", 20, lambda: vhost.queues()["chime.group.orders.dlq"]["messages"] >= 2)
+    async def dead_letters() -> bool:
+        return (await vhost.queue_state("chime.group.orders.dlq"))[0] >= 2
+
+    await until("the dead letters", 20, dead_letters)
     threads = {e["thread"] for e in blocking.of("started")} | {e["thread"] for e in worker.of("started")}
     assert any(t.startswith("chime-handler-") for t in threads), threads
 
@@ -92,8 +95,16 @@ async def test_every_delivery_mode_and_observers(
     for process in (dc1, dc2):
         await ready(process)
     # The observer has registered once its queue has a consumer.
-    await until("the observer to consume", 30,
-                lambda: vhost.queues().get("chime.observe.audit", {}).get("consumers") == 1)
+    async def observing() -> bool:
+        return await vhost.consumers("chime.observe.audit") == 1
+
+    await until("the observer to consume", 30, observing)
+
+    # chimed reads registrations every second; copies start once it has read this one.
+    async def pattern_read() -> bool:
+        return (await chimed.metric("chime_observed_patterns") or 0) >= 1
+
+    await until("chimed to copy for the observer's pattern", 20, pattern_read)
     web = [dc1, dc2]
 
     sharded = await fire(chimed, job("statements", {"group": "web", "mode": "sharded", "shards": 4}))
@@ -139,9 +150,10 @@ async def test_a_duplicate_delivery_runs_once(
         shard=0, shard_total=1, attempt=run["attempt"], payload={"n": 1}, published_at=utc_now(),
     )
     await vhost.publish("chime.tasks", "orders", again.to_json())
-    await until("the duplicate to be settled", 20,
-                lambda: vhost.queues()["chime.group.orders"]["messages"] == 0
-                and len(worker.of("finished")) == 1)
+    async def settled_again() -> bool:
+        return (await vhost.queue_state("chime.group.orders"))[0] == 0 and len(worker.of("finished")) == 1
+
+    await until("the duplicate to be settled", 20, settled_again)
     assert len(started([worker], run["id"])) == 1
     after = await chimed.run(run["id"])
     assert after["state"] == "succeeded" and after["output"] == run["output"]

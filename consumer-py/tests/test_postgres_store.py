@@ -5,6 +5,7 @@ Rust and a Python consumer of one group sharing it: each replays what the other 
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -142,13 +143,15 @@ async def test_rust_and_python_instances_share_the_store(
 ) -> None:
     log = ReplyLog(vhost)
 
-    async def one_result(task: Any, count: int) -> ResultMessage:
+    async def result_of(task: Any, consumer: str) -> ResultMessage:
+        """Publishes ``task`` and waits for ``consumer``'s result for it."""
         await vhost.publish("chime.tasks", "shared", task.to_json())
-        await log.wait_for(
-            f"result {count}", lambda r: len([x for x in r if isinstance(x, ResultMessage)]) >= count)
-        result = [x for x in log.replies if isinstance(x, ResultMessage)][count - 1]
-        assert result.task_id == task.task_id
-        return result
+
+        def mine(replies: List[Any]) -> Any:
+            return [r for r in replies if isinstance(r, ResultMessage)
+                    and r.task_id == task.task_id and r.consumer == consumer]
+
+        return (await log.wait_for(f"{consumer}'s result", mine))[0]  # type: ignore[no-any-return]
 
     async def start(kind: str, name: str) -> ConsumerProcess:
         make = ConsumerProcess.rust if kind == "rust" else ConsumerProcess.python
@@ -157,23 +160,27 @@ async def test_rust_and_python_instances_share_the_store(
         await until_consuming(vhost)
         return process
 
+    async def stop(process: ConsumerProcess) -> None:
+        process.signal(signal.SIGTERM)
+        assert await process.exit_code() == 0, process.log()
+
     by_rust = TaskBuilder("effect").group("shared").build()
     by_python = TaskBuilder("effect").group("shared").build()
 
     rust = await start("rust", "rust-1")
-    ran = await one_result(by_rust, 1)
-    assert not ran.replayed and ran.consumer == "rust-1"
-    rust.stop()
+    ran = await result_of(by_rust, "rust-1")
+    assert not ran.replayed
+    await stop(rust)
     python = await start("python", "py-1")
-    replayed = await one_result(by_rust, 2)
-    assert replayed.replayed and replayed.consumer == "py-1" and replayed.outcome == ran.outcome
+    replayed = await result_of(by_rust, "py-1")
+    assert replayed.replayed and replayed.outcome == ran.outcome
     assert not python.of("started"), "Python ran what Rust had run"
-    ran = await one_result(by_python, 3)
-    assert not ran.replayed and ran.consumer == "py-1"
-    python.stop()
+    ran = await result_of(by_python, "py-1")
+    assert not ran.replayed
+    await stop(python)
     rust = await start("rust", "rust-2")
-    replayed = await one_result(by_python, 4)
-    assert replayed.replayed and replayed.consumer == "rust-2" and replayed.outcome == ran.outcome
+    replayed = await result_of(by_python, "rust-2")
+    assert replayed.replayed and replayed.outcome == ran.outcome
     assert not rust.of("started"), "Rust ran what Python had run"
     with psycopg.connect(postgres_url) as conn:
         rows = conn.execute("SELECT task_id, instance FROM test_effects ORDER BY instance").fetchall()
@@ -183,5 +190,7 @@ async def test_rust_and_python_instances_share_the_store(
 async def until_consuming(vhost: Vhost) -> None:
     from support.waiting import until
 
-    await until("a consumer on the group's queue", 30,
-                lambda: vhost.queues().get("chime.group.shared", {}).get("consumers") == 1)
+    async def consuming() -> bool:
+        return await vhost.consumers("chime.group.shared") == 1
+
+    await until("a consumer on the group's queue", 30, consuming)

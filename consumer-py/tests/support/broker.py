@@ -122,6 +122,13 @@ class Vhost:
         finally:
             await connection.close()
 
+    async def consumers(self, queue: str) -> Optional[int]:
+        """Consumers of ``queue``; ``None`` while it does not exist."""
+        try:
+            return (await self.queue_state(queue))[1]
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return None
+
     async def queue_state(self, queue: str) -> Tuple[int, int]:
         """Messages ready in ``queue`` and its consumers (the queue must exist)."""
         connection = await self.connect()

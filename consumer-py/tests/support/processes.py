@@ -95,6 +95,18 @@ class Chimed:
 
         return await asyncio.get_running_loop().run_in_executor(None, send)
 
+    async def metric(self, name: str) -> Optional[float]:
+        """The value of the sample ``name`` (with its labels, if any) on ``/metrics``."""
+        def scrape() -> str:
+            with urllib.request.urlopen(self.base + "/metrics", timeout=10) as response:
+                return response.read().decode()  # type: ignore[no-any-return]
+
+        text = await asyncio.get_running_loop().run_in_executor(None, scrape)
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
     async def create_job(self, job: Dict[str, Any]) -> Dict[str, Any]:
         status, body = await self.call("POST", "/v1/jobs", job)
         assert status == 201, f"POST /v1/jobs: {status} {body}"
