@@ -58,15 +58,18 @@ def postgres_url() -> Iterator[str]:
     """A database of its own on ``CHIME_TEST_POSTGRES_URL``, dropped afterwards."""
     import psycopg
 
-    server = os.environ.get("CHIME_TEST_POSTGRES_URL")
-    if not server:
-        raise RuntimeError(
-            "PostgreSQL is required for this test: set CHIME_TEST_POSTGRES_URL "
-            "(deploy/local/postgres.sh prints one)"
-        )
+    server = os.environ.get(
+        "CHIME_TEST_POSTGRES_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres"
+    )
     name = f"chime_pytest_{uuid.uuid4().hex}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        with psycopg.connect(server, autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as error:
+        raise RuntimeError(
+            f"PostgreSQL is required for this test ({error}): start it with "
+            "deploy/local/postgres.sh, or set CHIME_TEST_POSTGRES_URL"
+        ) from None
     base, _, _ = server.rpartition("/")
     yield f"{base}/{name}"
     with psycopg.connect(server, autocommit=True) as admin:
