@@ -214,6 +214,27 @@ async def test_it_reconnects_after_the_broker_drops_the_connection(vhost: Vhost)
         await until("the task after the reconnect", 20, lambda: str(task.task_id) in handled)
 
 
+async def test_a_deleted_queue_is_declared_again(vhost: Vhost) -> None:
+    consumer = Consumer(vhost.amqp_url, "g", instance="py-1")
+    handled: List[str] = []
+    consumer.fallback_handler(lambda ctx: handled.append(str(ctx.task_id)))
+    async with serving(consumer):
+        connection = await vhost.connect()
+        channel = await connection.channel()
+        await channel.queue_delete("chime.group.g")
+        await connection.close()
+        await until("the consumer to rebuild its session", 30,
+                    lambda: consumer.stats.get("chime_consumer_reconnects_total") >= 1)
+
+        async def consumed() -> bool:
+            return await vhost.consumers("chime.group.g") == 1
+
+        await until("the queue to be declared and consumed again", 30, consumed)
+        task = TaskBuilder("j").group("g").build()
+        await publish_task(vhost, task)
+        await until("the task", 20, lambda: str(task.task_id) in handled)
+
+
 async def test_stopping_drains_running_handlers(vhost: Vhost) -> None:
     consumer = Consumer(vhost.amqp_url, "g", instance="py-1", concurrency=1, drain_timeout=20)
     started = asyncio.Event()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection
@@ -81,6 +81,27 @@ def watch(lost: asyncio.Event, *closables: Any) -> None:
     """Sets ``lost`` when the connection or any of the channels closes."""
     for closable in closables:
         closable.close_callbacks.add(lambda *_: lost.set())
+
+
+async def watch_consumer_cancel(
+    channel: AbstractChannel, tags: Sequence[str], lost: asyncio.Event
+) -> "asyncio.Task[None]":
+    """Sets ``lost`` when the broker cancels one of the consumers ``tags`` of ``channel``
+    (its queue was deleted), so the session is rebuilt and the queue declared again.
+    aiormq 7 reports the cancel; older versions only forget the consumer, which a check
+    every second notices. Returns the watching task (cancel it with the session)."""
+    underlay: Any = await channel.get_underlay_channel()
+    callbacks = getattr(underlay, "on_consumer_cancel_callbacks", None)
+    if callbacks is not None:
+        callbacks.add(lambda *_: lost.set())
+
+    async def check() -> None:
+        while not lost.is_set():
+            await asyncio.sleep(1.0)
+            if any(tag not in underlay.consumers for tag in tags):
+                lost.set()
+
+    return asyncio.ensure_future(check())
 
 
 async def close_quietly(*closables: "AbstractChannel | AbstractConnection") -> None:

@@ -180,11 +180,13 @@ class Observer:
                         await self._observe(message, handler)
 
             tag = await queue.consume(on_copy, consumer_tag=f"observer:{self.name}:{uuid.uuid4().hex}")
+            watching = await amqp.watch_consumer_cancel(channel, [tag], lost)
             registering = asyncio.ensure_future(self._register_forever(replies))
         except BaseException:
             await amqp.close_quietly(connection)
             raise
-        return _Session(connection, [channel, publish_channel], queue, tag, replies, registering, lost)
+        return _Session(connection, [channel, publish_channel], queue, tag, replies,
+                        [registering, watching], lost)
 
     async def _register(self, replies: ReplyPublisher) -> None:
         try:
@@ -241,16 +243,17 @@ class _Session:
     """One connection's worth of observing."""
 
     def __init__(self, connection: Any, channels: List[Any], queue: Any, tag: str,
-                 replies: ReplyPublisher, registering: "asyncio.Task[None]",
+                 replies: ReplyPublisher, background: "List[asyncio.Task[None]]",
                  lost: asyncio.Event) -> None:
         self.connection, self.channels, self.queue, self.tag = connection, channels, queue, tag
-        self.replies, self.registering, self.lost = replies, registering, lost
+        self.replies, self.background, self.lost = replies, background, lost
 
     async def wait(self, stop: asyncio.Event) -> bool:
         return await amqp.stopped_or_lost(stop, self.lost)
 
     async def close(self, in_flight: "Set[asyncio.Task[Any]]", drain_timeout: float) -> None:
-        self.registering.cancel()
+        for task in self.background:
+            task.cancel()
         if drain_timeout > 0:
             try:
                 await self.queue.cancel(self.tag)

@@ -36,7 +36,8 @@ log = logging.getLogger("chime_consumer")
 
 @dataclass
 class Session:
-    """An open connection with its channels, consumers and presence loop."""
+    """An open connection with its channels, consumers and background loops (presence,
+    the consumer-cancel watch)."""
 
     connection: AbstractConnection
     consume_channel: AbstractChannel
@@ -44,7 +45,7 @@ class Session:
     queues: List[AbstractQueue]
     consumer_tags: List[str]
     replies: ReplyPublisher
-    presence: "asyncio.Task[None]"
+    background: "List[asyncio.Task[None]]"
     lost: asyncio.Event
 
     @classmethod
@@ -94,6 +95,7 @@ class Session:
         for queue in queues:
             tag = f"{settings.instance}:{uuid.uuid4().hex}"
             tags.append(await queue.consume(on_message, consumer_tag=tag))
+        watching = await amqp.watch_consumer_cancel(consume_channel, tags, lost)
         announcing = asyncio.ensure_future(
             presence.announce_forever(
                 replies, settings.group, settings.zone, settings.broadcast, shared.stats
@@ -106,7 +108,7 @@ class Session:
             queues=queues,
             consumer_tags=tags,
             replies=replies,
-            presence=announcing,
+            background=[announcing, watching],
             lost=lost,
         )
 
@@ -122,7 +124,8 @@ class Session:
         """Stops presence and new deliveries, waits for running handlers to report and
         acknowledge (up to ``timeout``), then closes. Deliveries prefetched but not
         started go back to their queues with the close."""
-        self.presence.cancel()
+        for task in self.background:
+            task.cancel()
         for queue, tag in zip(self.queues, self.consumer_tags):
             try:
                 await queue.cancel(tag)
@@ -138,7 +141,8 @@ class Session:
 
     async def abandon(self) -> None:
         """Closes what is left of a lost session."""
-        self.presence.cancel()
+        for task in self.background:
+            task.cancel()
         await self.replies.close()
         await amqp.close_quietly(self.consume_channel, self.publish_channel, self.connection)
 
