@@ -261,3 +261,24 @@ async def test_stopping_drains_running_handlers(vhost: Vhost) -> None:
     assert done[0].outcome == Succeeded("finished")
     # The one that had not started went back to the queue, untouched.
     assert (await vhost.queue_state("chime.group.g"))[0] == 1
+
+
+async def test_an_unreachable_broker_is_retried_and_no_password_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from chime_consumer.logs import fields_of
+
+    consumer = Consumer("amqp://app:s3cret-pw@127.0.0.1:1/prod", "g", instance="py-1")
+    consumer.fallback_handler(lambda ctx: None)
+    stop = asyncio.Event()
+    served = asyncio.ensure_future(consumer.serve(until=stop.wait()))
+    await until("two failed attempts", 20,
+                lambda: consumer.stats.get("chime_consumer_reconnects_total") >= 2)
+    stop.set()
+    await asyncio.wait_for(served, 20)
+    warnings = [r for r in caplog.records if r.getMessage() == "cannot reach rabbitmq; retrying"]
+    assert warnings
+    for record in caplog.records:
+        text = record.getMessage() + json.dumps(fields_of(record), default=str)
+        assert "s3cret-pw" not in text, text
+    assert fields_of(warnings[0])["broker"] == "amqp://127.0.0.1:1/prod"

@@ -220,3 +220,33 @@ def test_instance_and_zone_default_to_the_environment(monkeypatch: pytest.Monkey
 async def test_serving_without_handlers_is_refused() -> None:
     with pytest.raises(ConfigError):
         await Consumer(URL, "orders", instance="i").serve()
+
+
+def test_observers_check_their_patterns() -> None:
+    from chime_consumer import Observer
+
+    observer = Observer(URL, "audit", ["shop.*", "billing.#", "shop.*"])
+    assert observer.patterns == ("shop.*", "billing.#") and observer.queue == "chime.observe.audit"
+    assert (observer.concurrency, observer.prefetch) == (1, 2)
+    for patterns, option in (([], "patterns"), (["shop..x"], "patterns"),
+                             ([f"app{i}.*" for i in range(65)], "patterns")):
+        with pytest.raises(ConfigError) as error:
+            Observer(URL, "audit", patterns)
+        assert error.value.option == option
+    with pytest.raises(ConfigError):
+        Observer(URL, "a.b", ["#"])
+
+
+def test_json_log_lines_carry_the_extra_fields() -> None:
+    import json
+    import logging
+
+    from chime_consumer import JsonFormatter
+
+    record = logging.LogRecord("chime_consumer", logging.WARNING, __file__, 1,
+                               "task not completed", (), None)
+    record.task_id = "t-1"
+    record.attempt = 2
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "task not completed" and line["level"] == "warning"
+    assert (line["task_id"], line["attempt"], line["logger"]) == ("t-1", 2, "chime_consumer")
