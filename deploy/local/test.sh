@@ -3,7 +3,9 @@
 #
 # Owns the test run: makes sure RabbitMQ and PostgreSQL run (rabbitmq.sh, postgres.sh),
 # builds the workspace, and runs the whole test suite — unit tests, the store suite on
-# SQLite and PostgreSQL, and the end-to-end scenarios against real processes.
+# SQLite and PostgreSQL, and the end-to-end scenarios against real processes — then the
+# Python consumer package's tests (consumer-py/scripts/test.sh: a virtual environment
+# in consumer-py/.venv, dependencies from PyPI, pytest against the same services).
 #
 # Usage: deploy/local/test.sh [extra cargo test arguments, e.g. -- restart]
 # Env:   CHIME_TEST_POSTGRES_URL  server the tests create databases on
@@ -27,3 +29,13 @@ log "building the workspace"
 cargo build --workspace --all-targets
 log "running the test suite"
 cargo test --workspace "$@" -- --test-threads="${CHIME_TEST_THREADS:-4}"
+
+# --- the Python consumer package (consumer-py/) -------------------------------------
+# Python 3.9+ with venv and pip; Debian splits venv/ensurepip into python3-venv.
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    apt_install python3 python3-venv
+fi
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' ||
+    die "consumer-py needs Python 3.9 or newer (found $(python3 --version 2>&1))"
+log "running the Python consumer package's tests (consumer-py)"
+"$ROOT/consumer-py/scripts/test.sh" -q

@@ -1,0 +1,1 @@
+"""Test harness: a RabbitMQ vhost per test, a real chimed, consumer processes."""
