@@ -9,6 +9,7 @@ use crate::{
         cluster::ClusterResponse,
         dto::{InstanceResponse, ItemResponse, JobResponse, RunResponse},
     },
+    cluster::shard_ranges as ranges,
     dlq::{DlqMessage, DlqSummary, ReplayReport},
     domain::{DeliveryMode, Target},
 };
@@ -301,28 +302,6 @@ pub fn cluster(status: &ClusterResponse) -> String {
     )
 }
 
-/// `0-3,7,9-10` for [0, 1, 2, 3, 7, 9, 10].
-pub fn ranges(shards: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut iter = shards.iter().copied().peekable();
-    while let Some(start) = iter.next() {
-        let mut end = start;
-        while iter.peek() == Some(&(end + 1)) {
-            end = iter.next().expect("peeked");
-        }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-    }
-    if parts.is_empty() {
-        "-".into()
-    } else {
-        parts.join(",")
-    }
-}
-
 /// Dead-letter queues, one per line, with their three commonest reasons.
 pub fn dlq_queues(queues: &[DlqSummary]) -> String {
     let mut t = table(&["QUEUE", "DEPTH", "OLDEST", "TOP REASONS"]);
@@ -452,18 +431,6 @@ mod dlq_tests {
         assert!(text.contains(&uuid::Uuid::nil().to_string()), "{text}");
         assert!(text.contains(r#"{"fail":"permanent""#), "{text}");
         assert!(!text.contains(&"x".repeat(100)), "{text}");
-    }
-}
-
-#[cfg(test)]
-mod cluster_tests {
-    use super::ranges;
-
-    #[test]
-    fn shard_ranges_are_compact() {
-        assert_eq!(ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3,7,9-10");
-        assert_eq!(ranges(&[]), "-");
-        assert_eq!(ranges(&[5]), "5");
     }
 }
 
