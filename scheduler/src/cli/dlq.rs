@@ -20,8 +20,10 @@ const REPLAY_BATCH: u32 = 100;
 #[derive(Debug, Subcommand)]
 pub enum DlqCommand {
     /// List the dead-letter queues: depth, oldest message, commonest reasons.
+    #[command(visible_alias = "list")]
     Ls,
     /// Show the messages at the head of a dead-letter queue, leaving them in place.
+    #[command(visible_alias = "show", aliases = ["messages", "inspect"])]
     Peek {
         /// The dead-letter queue.
         queue: String,
@@ -30,6 +32,7 @@ pub enum DlqCommand {
         n: usize,
     },
     /// Publish dead-lettered tasks to their group again, each as its run's next attempt.
+    #[command(visible_alias = "retry", aliases = ["redrive", "requeue"])]
     Replay {
         /// The dead-letter queue.
         queue: String,
@@ -41,6 +44,7 @@ pub enum DlqCommand {
         limit: Option<u32>,
     },
     /// Remove every message of a dead-letter queue.
+    #[command(aliases = ["clear", "empty"])]
     Purge {
         /// The dead-letter queue.
         queue: String,

@@ -2,12 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use chime_consumer::protocol::AttemptRecord;
 use comfy_table::{Table, presets::NOTHING};
 
+use super::schedule_text;
 use crate::{
     api::{
         cluster::ClusterResponse,
-        dto::{InstanceResponse, ItemResponse, JobResponse, RunResponse},
+        dto::{InstanceResponse, ItemResponse, JobResponse, RunResponse, timestamp},
     },
     cluster::shard_ranges as ranges,
     dlq::{DlqMessage, DlqSummary, ReplayReport},
@@ -22,13 +24,13 @@ fn table(header: &[&str]) -> Table {
     table
 }
 
-fn schedule(job: &JobResponse) -> String {
-    let s = &job.spec.schedule;
-    match (&s.cron, &s.every, &s.at) {
-        (Some(cron), _, _) => format!("cron {cron} ({})", s.timezone.as_deref().unwrap_or("UTC")),
-        (_, Some(every), _) => format!("every {every}"),
-        (_, _, Some(at)) => format!("at {at}"),
-        _ => "-".into(),
+/// The next fire as a list shows it: `paused` for a paused job (its stored next fire is
+/// the one it had when paused, not one that will happen).
+fn next_fire(job: &JobResponse) -> String {
+    if job.spec.paused {
+        "paused".into()
+    } else {
+        or_dash(job.next_fire_at.as_deref())
     }
 }
 
@@ -72,47 +74,64 @@ pub fn jobs(jobs: &[JobResponse]) -> String {
             job.id.to_string(),
             job.spec.app.clone(),
             job.spec.name.clone(),
-            schedule(job),
+            schedule_text::summary(&job.spec.schedule),
             job.spec.target.group.clone(),
             shorten(&mode(&job.spec.target), 40),
             job.spec.paused.to_string(),
-            or_dash(job.next_fire_at.as_deref()),
+            next_fire(job),
         ]);
     }
     format!("{t}\n")
 }
 
-/// One job, field by field.
+/// One job, field by field; a cron schedule with its fields by name and next fires.
 pub fn job_detail(job: &JobResponse) -> String {
     let mut t = Table::new();
     t.load_preset(NOTHING);
     let s = &job.spec;
-    let rows = [
+    let mut rows = vec![
         ("id", job.id.to_string()),
         ("app", s.app.clone()),
         ("name", s.name.clone()),
-        ("schedule", schedule(job)),
+        ("schedule", schedule_text::summary(&s.schedule)),
+    ];
+    rows.extend(schedule_text::detail_rows(
+        &s.schedule,
+        s.paused,
+        chrono::Utc::now(),
+    ));
+    rows.extend([
         ("group", s.target.group.clone()),
         ("mode", mode(&s.target)),
         ("payload", s.payload.to_string()),
         ("ack_timeout", s.ack_timeout.clone()),
+        ("run_timeout", s.run_timeout.clone()),
         ("max_attempts", s.max_attempts.to_string()),
         (
-            "misfire",
-            serde_json::to_value(s.misfire)
-                .map(|v| v.as_str().unwrap_or_default().to_string())
-                .unwrap_or_default(),
+            "backoff",
+            format!("{} doubling to {}", s.backoff.initial, s.backoff.max),
         ),
+        ("misfire", name_of(&s.misfire)),
+        ("catch_up_limit", s.catch_up_limit.to_string()),
+        ("overlap", name_of(&s.overlap)),
         ("paused", s.paused.to_string()),
         ("version", job.version.to_string()),
-        ("next_fire_at", or_dash(job.next_fire_at.as_deref())),
+        ("next_fire_at", next_fire(job)),
         ("created_at", job.created_at.clone()),
         ("updated_at", job.updated_at.clone()),
-    ];
+    ]);
     for (key, value) in rows {
         t.add_row(vec![key.to_string(), value]);
     }
     format!("{t}\n")
+}
+
+/// A value's name in the API (`fire_once`, `forbid`, ...).
+fn name_of(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 fn result_text(run: &RunResponse) -> String {
@@ -139,10 +158,7 @@ pub fn runs(runs: &[RunResponse]) -> String {
         t.add_row(vec![
             run.id.to_string(),
             run.fire_time.clone(),
-            serde_json::to_value(run.trigger)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
+            name_of(&run.trigger),
             run.attempt.to_string(),
             run.state.to_string(),
             or_dash(run.consumer.as_deref()),
@@ -192,6 +208,12 @@ pub fn run_detail(run: &RunResponse) -> String {
         t.add_row(vec![key.to_string(), value]);
     }
     let mut text = format!("{t}\n");
+    if !run.history.is_empty() {
+        text.push_str(&format!(
+            "\nearlier attempts (each that did not succeed):\n{}",
+            attempts(&run.history)
+        ));
+    }
     if let Some(items) = items {
         text.push_str(&format!(
             "\nitems of this fire (* = this run):\n{}",
@@ -206,6 +228,23 @@ pub fn run_detail(run: &RunResponse) -> String {
         });
     }
     text
+}
+
+/// A run's attempt history, one attempt per line: what happened, when, on which consumer,
+/// the error, and when the retry was due.
+fn attempts(history: &[AttemptRecord]) -> String {
+    let mut t = table(&["ATTEMPT", "EVENT", "AT", "CONSUMER", "ERROR", "RETRY AT"]);
+    for record in history {
+        t.add_row(vec![
+            record.attempt.to_string(),
+            record.event.clone(),
+            timestamp(record.at),
+            or_dash(record.consumer.as_deref()),
+            shorten(record.error.as_deref().unwrap_or("-"), 60),
+            record.retry_at.map_or("-".into(), timestamp),
+        ]);
+    }
+    format!("{t}\n")
 }
 
 /// The items of `run`'s fire, one per line: the shard (or zone) marked `*` for `run`.
@@ -246,10 +285,7 @@ fn instances(instances: &[InstanceResponse]) -> String {
         };
         t.add_row(vec![
             instance.instance.clone(),
-            serde_json::to_value(instance.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
+            name_of(&instance.state),
             instance.attempt.to_string(),
             or_dash(instance.finished_at.as_deref()),
             shorten(&result, 60),
@@ -499,6 +535,115 @@ mod job_and_run_tests {
                 "{detail}"
             );
         }
+    }
+
+    #[test]
+    fn a_paused_job_lists_its_next_fire_as_paused() {
+        let mut paused = job(json!({"group": "g"}));
+        paused.spec.paused = true;
+        paused.next_fire_at = Some("2020-01-01T00:00:00.000Z".into());
+        let listed = jobs(std::slice::from_ref(&paused));
+        let row = listed.lines().nth(1).unwrap();
+        assert!(
+            row.trim_end().ends_with("paused") && !row.contains("2020"),
+            "{listed}"
+        );
+        let detail = job_detail(&paused);
+        assert!(
+            detail
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["next_fire_at", "paused"]),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn job_detail_shows_every_field() {
+        let detail = job_detail(&job(json!({"group": "g"})));
+        for key in [
+            "schedule",
+            "payload",
+            "ack_timeout",
+            "run_timeout",
+            "max_attempts",
+            "backoff",
+            "misfire",
+            "catch_up_limit",
+            "overlap",
+            "paused",
+            "version",
+        ] {
+            assert!(
+                detail
+                    .lines()
+                    .any(|l| l.split_whitespace().next() == Some(key)),
+                "{key}: {detail}"
+            );
+        }
+        assert!(detail.contains("1s doubling to 5m"), "{detail}");
+    }
+
+    #[test]
+    fn run_detail_shows_the_attempt_history() {
+        use chime_consumer::protocol::AttemptRecord;
+        let mut run = RunResponse::from(&item(DeliveryMode::Group, 0, 1, None));
+        let text = run_detail(&run);
+        assert!(!text.contains("earlier attempts"), "{text}");
+        run.history = vec![
+            AttemptRecord {
+                attempt: 1,
+                event: "failed".into(),
+                at: at(),
+                consumer: Some("web-1".into()),
+                error: Some("database down".into()),
+                retry_at: Some(at() + chrono::Duration::seconds(2)),
+            },
+            AttemptRecord {
+                attempt: 2,
+                event: "ack_timeout".into(),
+                at: at() + chrono::Duration::seconds(40),
+                consumer: None,
+                error: None,
+                retry_at: None,
+            },
+        ];
+        let text = run_detail(&run);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("earlier attempts"))
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[0],
+            ["ATTEMPT", "EVENT", "AT", "CONSUMER", "ERROR", "RETRY", "AT"],
+            "{text}"
+        );
+        assert_eq!(
+            rows[1],
+            [
+                "1",
+                "failed",
+                "2026-11-21T10:00:00.000Z",
+                "web-1",
+                "database",
+                "down",
+                "2026-11-21T10:00:02.000Z"
+            ],
+            "{text}"
+        );
+        assert_eq!(
+            rows[2],
+            [
+                "2",
+                "ack_timeout",
+                "2026-11-21T10:00:40.000Z",
+                "-",
+                "-",
+                "-"
+            ],
+            "{text}"
+        );
     }
 
     #[test]
