@@ -346,3 +346,49 @@ fn chimectl_says_what_to_do_when_chimed_is_not_there() {
         stdout(&version)
     );
 }
+
+#[test]
+fn chimed_start_up_errors_are_one_message_without_a_backtrace() {
+    let dir = binaries::scratch_dir("startup-errors");
+    let chimed = |env: &[(&str, String)]| {
+        Command::new(binaries::binary("chimed"))
+            .current_dir(&dir)
+            .env("RUST_BACKTRACE", "full")
+            .env(
+                "CHIME_DATABASE_URL",
+                format!("sqlite://{}", dir.join("chime.db").display()),
+            )
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("run chimed")
+    };
+    let no_backtrace = |output: &Output| {
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+        assert!(
+            !stderr.contains("Error: "),
+            "not Rust's default report: {stderr}"
+        );
+        stderr
+    };
+
+    // A bad setting: refused before anything starts, as one line.
+    let bad = chimed(&[("CHIME_HTTP_ADDR", "nonsense".into())]);
+    let stderr = no_backtrace(&bad);
+    assert_eq!(
+        stderr.trim(),
+        "chimed: error: invalid http_addr \"nonsense\" (from environment CHIME_HTTP_ADDR): invalid socket address syntax"
+    );
+
+    // A port in use: the error comes after start-up has begun.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let addr = taken.local_addr().unwrap().to_string();
+    let busy = chimed(&[("CHIME_HTTP_ADDR", addr.clone())]);
+    let stderr = no_backtrace(&busy);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("chimed: error: listening on {addr}: ")),
+        "{stderr}"
+    );
+}
