@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
-use super::{Client, Terminal, table, write_json};
+use super::{Client, Terminal, dlq_table, write_json};
 use crate::{
     api::dlq::{DlqItems, ReplayRequest},
     dlq::ReplayReport,
@@ -67,7 +67,7 @@ pub(super) async fn dlq(
             if json {
                 write_json(out, &DlqItems { items })
             } else {
-                write!(out, "{}", table::dlq_queues(&items)).context("writing output")
+                write!(out, "{}", dlq_table::dlq_queues(&items)).context("writing output")
             }
         }
         DlqCommand::Peek { queue, n } => {
@@ -75,7 +75,7 @@ pub(super) async fn dlq(
             if json {
                 write_json(out, &DlqItems { items })
             } else {
-                write!(out, "{}", table::dlq_messages(&items)).context("writing output")
+                write!(out, "{}", dlq_table::dlq_messages(&items)).context("writing output")
             }
         }
         DlqCommand::Replay { queue, job, limit } => {
@@ -83,7 +83,8 @@ pub(super) async fn dlq(
             if json {
                 write_json(out, &report)
             } else {
-                write!(out, "{}", table::replay_summary(&queue, &report)).context("writing output")
+                write!(out, "{}", dlq_table::replay_summary(&queue, &report))
+                    .context("writing output")
             }
         }
         DlqCommand::Purge { queue, yes } => {

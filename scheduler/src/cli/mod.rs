@@ -4,6 +4,7 @@
 
 mod client;
 mod dlq;
+mod dlq_table;
 mod job_args;
 mod schedule_text;
 mod table;
