@@ -20,7 +20,7 @@ async fn close_orders(ctx: TaskContext) -> HandlerResult {
 
 #[tokio::main]
 async fn main() -> Result<(), chime_consumer::ConsumerError> {
-    // Log lines on stderr: the handler's, and the library's when it connects.
+    // Prints the handler's log lines, and the library's when it connects.
     tracing_subscriber::fmt().with_env_filter("info").init();
     // amqp://USER:PASSWORD@HOST:PORT/VHOST, where %2f is the default vhost "/".
     Consumer::builder("amqp://guest:guest@127.0.0.1:5672/%2f", "orders")
