@@ -73,10 +73,14 @@ stop_all() {
 trap 'stop_all; exit 130' INT TERM
 trap stop_all EXIT
 
+# A node name of our own: /v1/cluster's this_node then says whether the chimed that
+# answers on $CHIME_HTTP_ADDR is the one started here, not another that holds the port.
+NODE_NAME="chime-demo-$$"
 log "starting chimed on $CHIME_HTTP_ADDR with store sqlite://$DIR/chime.db (log: $DIR/chimed.log)"
-(cd "$DIR" && exec "$BIN/chimed") >"$DIR/chimed.log" 2>&1 &
-PIDS+=($!)
-echo $! >>"$DIR/pids"
+(cd "$DIR" && CHIME_NODE_NAME=$NODE_NAME exec "$BIN/chimed") >"$DIR/chimed.log" 2>&1 &
+CHIMED_PID=$!
+PIDS+=("$CHIMED_PID")
+echo "$CHIMED_PID" >>"$DIR/pids"
 
 log "starting the example consumer of group 'demo' (log: $DIR/consumer.log)"
 CHIME_GROUP=demo "$BIN/examples/demo_consumer" >"$DIR/consumer.log" 2>&1 &
@@ -85,12 +89,38 @@ echo $! >>"$DIR/pids"
 
 ctl() { "$BIN/chimectl" "$@"; }
 
+# chimed_failed WHY — the end of chimed's log, then WHY, and exit 1.
+chimed_failed() {
+    log "the last lines of $DIR/chimed.log:"
+    tail -n 20 "$DIR/chimed.log" | sed 's/^/[chime]   | /' >&2
+    die "$1"
+}
+
+# The node id of the chimed answering on $CHIME_HTTP_ADDR, if a chimed answers.
+answering_node() {
+    { ctl --json cluster 2>/dev/null || true; } | sed -n 's/^ *"this_node": *"\([^"]*\)".*/\1/p'
+}
+
 deadline=$((SECONDS + 30))
-until ctl job ls >/dev/null 2>&1; do
-    kill -0 "${PIDS[0]}" 2>/dev/null || { tail -n 20 "$DIR/chimed.log" >&2; die "chimed exited"; }
-    ((SECONDS < deadline)) || { tail -n 20 "$DIR/chimed.log" >&2; die "chimed did not answer on $CHIME_HTTP_ADDR"; }
+while :; do
+    kill -0 "$CHIMED_PID" 2>/dev/null || chimed_failed "chimed exited during start-up"
+    node=$(answering_node)
+    case $node in
+        "$NODE_NAME"-*) break ;;
+        ?*)
+            # Another chimed holds the port; ours cannot listen and exits: give it a
+            # moment so its log says so.
+            for _ in 1 2 3 4 5 6 7 8 9 10; do
+                kill -0 "$CHIMED_PID" 2>/dev/null || break
+                sleep 0.5
+            done
+            chimed_failed "another chimed (node $node) answers on $CHIME_HTTP_ADDR, not the one this demo started: stop it, or give the demo a free address with CHIME_HTTP_ADDR=127.0.0.1:PORT"
+            ;;
+    esac
+    ((SECONDS < deadline)) || chimed_failed "chimed did not answer on $CHIME_HTTP_ADDR within 30s"
     sleep 0.2
 done
+log "chimed $node answers on $CHIME_HTTP_ADDR"
 
 log "creating demo jobs"
 ctl job add --app demo --name heartbeat --every 2s --group demo >/dev/null
@@ -117,6 +147,7 @@ else
 fi
 while [[ -z $LIMIT ]] || ((SECONDS - started < LIMIT)); do
     sleep 4
+    kill -0 "$CHIMED_PID" 2>/dev/null || chimed_failed "chimed exited"
     show_runs
 done
 log "demo finished"

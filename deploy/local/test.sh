@@ -22,6 +22,8 @@ ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
 "$SCRIPT_DIR/rabbitmq.sh"
 pg_url=$("$SCRIPT_DIR/postgres.sh")
 export CHIME_TEST_POSTGRES_URL=${CHIME_TEST_POSTGRES_URL:-$pg_url}
+# postgres.sh printed its label on stderr and the URL on stdout, which went to pg_url.
+log "the tests create their databases on $(printf '%s' "$CHIME_TEST_POSTGRES_URL" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#')"
 
 command -v cargo >/dev/null 2>&1 || die "cargo is needed (install Rust from https://rustup.rs)"
 cd "$ROOT"

@@ -3,6 +3,8 @@
 //! API, and stops them in order on shutdown — stop taking work, stop firing, publish and
 //! confirm what was already recorded, hand the shards back, then close.
 
+pub mod args;
+
 use std::{future::Future, sync::Arc};
 
 use anyhow::Context;
@@ -30,6 +32,11 @@ use crate::{
 
 /// Runs `chimed` with `config` until `shutdown` completes, then shuts down gracefully.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        commit = crate::GIT_COMMIT,
+        "chimed starting"
+    );
     let backend = store::open_backend(&config.database_url, config.shard_count)
         .await
         .with_context(|| format!("opening the store at {}", redact(&config.database_url)))?;

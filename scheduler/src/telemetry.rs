@@ -1,7 +1,9 @@
 //! Logs and metrics: the `tracing` subscriber, the Prometheus recorder behind `/metrics`,
 //! and the name and meaning of every metric `chimed` emits.
 
-use std::sync::OnceLock;
+mod existence_checks;
+
+use std::{io::IsTerminal, sync::OnceLock};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
@@ -121,21 +123,41 @@ pub const OBSERVED_PATTERNS: &str = "chime_observed_patterns";
 /// Observer copies published to `chime.topics`.
 pub const TOPIC_COPIES: &str = "chime_topic_copies_total";
 
-/// Installs the global `tracing` subscriber. Later calls do nothing.
+pub use existence_checks::ExistenceCheckFilter;
+
+/// Installs the global `tracing` subscriber, writing to standard error. Text logs are
+/// coloured only when standard error is a terminal and `NO_COLOR` is not set. Later
+/// calls do nothing.
 pub fn init_tracing(format: LogFormat, filter: &str) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter);
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(ExistenceCheckFilter);
     let _ = match format {
-        LogFormat::Text => registry.with(fmt::layer().with_target(false)).try_init(),
+        LogFormat::Text => registry
+            .with(
+                fmt::layer()
+                    .with_target(false)
+                    .with_ansi(colour_logs())
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
         LogFormat::Json => registry
             .with(
                 fmt::layer()
                     .json()
                     .flatten_event(true)
-                    .with_current_span(false),
+                    .with_current_span(false)
+                    .with_writer(std::io::stderr),
             )
             .try_init(),
     };
+}
+
+/// Whether text logs get ANSI colours: only on a terminal, and not when the user asks
+/// for none (<https://no-color.org>).
+fn colour_logs() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// The process's Prometheus recorder, installed on first use.

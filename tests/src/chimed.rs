@@ -20,6 +20,8 @@ pub struct ChimedConfig {
     pub amqp_url: String,
     /// Extra `CHIME_*` environment.
     pub env: Vec<(String, String)>,
+    /// Write the log to its file even with `TEST_LOG` (for tests that read it).
+    pub log_to_file: bool,
 }
 
 impl ChimedConfig {
@@ -29,7 +31,14 @@ impl ChimedConfig {
             database_url: database_url.to_string(),
             amqp_url: amqp_url.to_string(),
             env: Vec::new(),
+            log_to_file: false,
         }
+    }
+
+    /// Writes the log to its file even with `TEST_LOG`, for a test that reads it.
+    pub fn log_to_file(mut self) -> Self {
+        self.log_to_file = true;
+        self
     }
 
     /// Adds an environment variable.
@@ -59,7 +68,11 @@ impl Chimed {
     async fn start_on(config: ChimedConfig, port: u16) -> Self {
         let log = binaries::scratch_dir("chimed").join("chimed.log");
         let mut command = Self::command(&config, port);
-        attach_output(&mut command, &log);
+        if config.log_to_file {
+            log_to_file(&mut command, &log);
+        } else {
+            attach_output(&mut command, &log);
+        }
         let child = command.spawn().expect("start chimed");
         let api = Api::new(format!("http://127.0.0.1:{port}"));
         let chimed = Self {
@@ -196,10 +209,15 @@ pub fn attach_output(command: &mut Command, log: &PathBuf) {
     if std::env::var_os("TEST_LOG").is_some() {
         command.stdout(Stdio::inherit()).stderr(Stdio::inherit());
     } else {
-        let file = std::fs::File::create(log).expect("create a log file");
-        let err = file.try_clone().expect("clone the log file handle");
-        command.stdout(file).stderr(err);
+        log_to_file(command, log);
     }
+}
+
+/// Sends the process's output to `log`.
+fn log_to_file(command: &mut Command, log: &PathBuf) {
+    let file = std::fs::File::create(log).expect("create a log file");
+    let err = file.try_clone().expect("clone the log file handle");
+    command.stdout(file).stderr(err);
 }
 
 /// A TCP port nobody listens on right now.

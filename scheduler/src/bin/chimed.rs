@@ -1,51 +1,30 @@
 //! `chimed`: the Chime scheduler daemon.
 
-use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 
-use chime_scheduler::{config::Layers, daemon, telemetry};
+use chime_scheduler::{
+    daemon::{self, args::Args},
+    telemetry,
+};
 
-/// Chime scheduler daemon. Settings come from defaults, then --config FILE, then CHIME_*
-/// environment variables, then these flags; see docs/configuration.md.
-#[derive(Debug, Parser)]
-#[command(version, about)]
-struct Args {
-    /// TOML configuration file.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Store URL (sqlite://FILE or postgres://...). Env CHIME_DATABASE_URL.
-    #[arg(long, value_name = "URL")]
-    database_url: Option<String>,
-    /// RabbitMQ URL. Env CHIME_AMQP_URL.
-    #[arg(long, value_name = "URL")]
-    amqp_url: Option<String>,
-    /// HTTP listen address. Env CHIME_HTTP_ADDR.
-    #[arg(long, value_name = "ADDR")]
-    http_addr: Option<String>,
-    /// This node's name in the cluster. Env CHIME_NODE_NAME.
-    #[arg(long, value_name = "NAME")]
-    node_name: Option<String>,
-    /// Log format, text or json. Env CHIME_LOG_FORMAT.
-    #[arg(long, value_name = "FORMAT")]
-    log_format: Option<String>,
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // The message and its causes, never a backtrace: a start-up error (a port in
+            // use, a bad setting) is for the operator, whatever RUST_BACKTRACE says.
+            eprintln!("chimed: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let mut layers = Layers::new();
-    if let Some(path) = &args.config {
-        layers = layers.file(path)?;
-    }
-    let config = layers
-        .env(|var| std::env::var(var).ok())
-        .flag("database_url", args.database_url.as_deref())
-        .flag("amqp_url", args.amqp_url.as_deref())
-        .flag("http_addr", args.http_addr.as_deref())
-        .flag("node_name", args.node_name.as_deref())
-        .flag("log_format", args.log_format.as_deref())
-        .build()?;
+fn run(args: &Args) -> anyhow::Result<()> {
+    let config = args.layers(|var| std::env::var(var).ok())?;
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads(cpus))

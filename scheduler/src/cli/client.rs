@@ -28,13 +28,32 @@ pub enum ClientError {
         /// The field at fault.
         field: Option<String>,
     },
-    /// The server could not be reached or answered garbage.
-    #[error("cannot talk to chimed at {server}: {reason}")]
+    /// The server address is not an `http://` or `https://` URL.
+    #[error("{0}")]
+    BadServer(String),
+    /// Nothing listens at the server's address.
+    #[error("connection refused: is chimed running at {server}? set --server or CHIME_SERVER")]
+    Refused {
+        /// The server.
+        server: String,
+    },
+    /// The server could not be reached, or stopped answering.
+    #[error("cannot reach chimed at {server}: {reason} (check --server or CHIME_SERVER)")]
     Transport {
         /// The server.
         server: String,
         /// Why.
         reason: String,
+    },
+    /// Something answered that does not speak chimed's API.
+    #[error(
+        "{server} answered {what}, which is not chimed's API: is --server (or CHIME_SERVER) the address of chimed?"
+    )]
+    NotChimed {
+        /// The server.
+        server: String,
+        /// What it answered.
+        what: String,
     },
     /// No job matches the name.
     #[error("no job named {0:?} (give a job id, app/name, or a name in app \"default\")")]
@@ -48,20 +67,21 @@ pub struct Client {
     http: reqwest::Client,
 }
 
+/// How long one request may take.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Client {
     /// A client of the server at `base` (e.g. `http://127.0.0.1:8080`).
     pub fn new(base: &str) -> Result<Self, ClientError> {
+        let base = check_server(base)?;
         let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(30))
+            .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| ClientError::Transport {
-                server: base.to_string(),
+                server: base.clone(),
                 reason: e.to_string(),
             })?;
-        Ok(Self {
-            base: base.trim_end_matches('/').to_string(),
-            http,
-        })
+        Ok(Self { base, http })
     }
 
     /// GET `path`.
@@ -85,45 +105,71 @@ impl Client {
             .map(|_| ())
     }
 
+    /// PATCH `body` to `path`, naming the version the change is based on (`If-Match`).
+    pub async fn patch<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        version: Option<i64>,
+    ) -> Result<T, ClientError> {
+        let mut request = self
+            .http
+            .request(Method::PATCH, format!("{}{path}", self.base))
+            .json(body);
+        if let Some(version) = version {
+            request = request.header(reqwest::header::IF_MATCH, format!("\"{version}\""));
+        }
+        self.exchange(request).await
+    }
+
     async fn send<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<T, ClientError> {
-        let transport = |e: reqwest::Error| ClientError::Transport {
-            server: self.base.clone(),
-            reason: e.to_string(),
-        };
         let mut request = self.http.request(method, format!("{}{path}", self.base));
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.map_err(transport)?;
+        self.exchange(request).await
+    }
+
+    /// Sends `request` and reads the answer: the decoded body, the API's error, or what
+    /// went wrong on the way.
+    async fn exchange<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let response = request.send().await.map_err(|e| self.transport(&e))?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(transport)?;
+        let bytes = response.bytes().await.map_err(|e| self.transport(&e))?;
         if !status.is_success() {
-            let error: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let error = &error["error"];
-            return Err(ClientError::Api {
-                status,
-                code: error["code"].as_str().unwrap_or("http_error").to_string(),
-                message: error["message"]
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| format!("HTTP {status}")),
-                field: error["field"].as_str().map(str::to_string),
-            });
+            return Err(api_error(&self.base, status, &bytes));
         }
         let bytes = if bytes.is_empty() {
             &b"null"[..]
         } else {
             &bytes[..]
         };
-        serde_json::from_slice(bytes).map_err(|e| ClientError::Transport {
+        serde_json::from_slice(bytes).map_err(|e| ClientError::NotChimed {
             server: self.base.clone(),
-            reason: format!("unexpected response: {e}"),
+            what: format!("HTTP {status} with a body that does not fit ({e})"),
         })
+    }
+
+    /// What a failed exchange means to the user.
+    fn transport(&self, error: &reqwest::Error) -> ClientError {
+        let server = self.base.clone();
+        if error.is_connect() && io_kind(error) == Some(std::io::ErrorKind::ConnectionRefused) {
+            return ClientError::Refused { server };
+        }
+        let reason = if error.is_timeout() {
+            format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())
+        } else {
+            root_cause(error)
+        };
+        ClientError::Transport { server, reason }
     }
 
     /// Every job (of `app`), following cursors, at most `limit`.
@@ -169,6 +215,12 @@ impl Client {
             .ok_or_else(|| ClientError::UnknownJob(reference.to_string()))
     }
 
+    /// The job named by `reference` (see [`Client::resolve_job`]), as it is now.
+    pub async fn find_job(&self, reference: &str) -> Result<JobResponse, ClientError> {
+        let id = self.resolve_job(reference).await?;
+        self.get(&format!("/v1/jobs/{id}")).await
+    }
+
     /// Every dead-letter queue, with depth, oldest age and reasons.
     pub async fn dlq_list(&self) -> Result<Vec<DlqSummary>, ClientError> {
         let list: DlqItems<DlqSummary> = self.get("/v1/dlq").await?;
@@ -208,6 +260,71 @@ impl Client {
     }
 }
 
+/// `server` as a base URL without a trailing slash, or why it is not one chimectl can use.
+fn check_server(server: &str) -> Result<String, ClientError> {
+    let server = server.trim().trim_end_matches('/');
+    let Some((scheme, rest)) = server.split_once("://") else {
+        return Err(ClientError::BadServer(format!(
+            "server address {server:?} has no scheme: write http://{server} (set by --server or CHIME_SERVER)"
+        )));
+    };
+    if !matches!(scheme, "http" | "https") {
+        return Err(ClientError::BadServer(format!(
+            "server address {server:?} must start with http:// or https://, not {scheme}:// (set by --server or CHIME_SERVER)"
+        )));
+    }
+    if rest.is_empty() || reqwest::Url::parse(server).is_err() {
+        return Err(ClientError::BadServer(format!(
+            "server address {server:?} is not a URL such as http://127.0.0.1:8080 (set by --server or CHIME_SERVER)"
+        )));
+    }
+    Ok(server.to_string())
+}
+
+/// The API error in a non-2xx answer, or [`ClientError::NotChimed`] when the body is not
+/// one (another HTTP server answered).
+fn api_error(server: &str, status: StatusCode, body: &[u8]) -> ClientError {
+    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let error = &parsed["error"];
+    let Some(code) = error["code"].as_str() else {
+        return ClientError::NotChimed {
+            server: server.to_string(),
+            what: format!("HTTP {status} without a Chime error"),
+        };
+    };
+    ClientError::Api {
+        status,
+        code: code.to_string(),
+        message: error["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("HTTP {status}")),
+        field: error["field"].as_str().map(str::to_string),
+    }
+}
+
+/// The kind of the I/O error at the bottom of `error`, if there is one.
+fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        source = error.source();
+    }
+    None
+}
+
+/// The innermost message of `error`: the useful part ("dns error: failed to lookup
+/// address ...") rather than reqwest's "error sending request for url".
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut innermost = error;
+    while let Some(source) = innermost.source() {
+        innermost = source;
+    }
+    innermost.to_string()
+}
+
 /// `text` as one URL path segment: everything but unreserved characters percent-encoded.
 fn segment(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -223,7 +340,51 @@ fn segment(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::segment;
+    use super::*;
+
+    #[test]
+    fn server_addresses_need_an_http_scheme() {
+        assert_eq!(
+            check_server("http://127.0.0.1:8080/").unwrap(),
+            "http://127.0.0.1:8080"
+        );
+        assert!(check_server("https://chime.example.com").is_ok());
+        let no_scheme = check_server("localhost:8080").unwrap_err().to_string();
+        assert!(
+            no_scheme.contains("has no scheme: write http://localhost:8080"),
+            "{no_scheme}"
+        );
+        let wrong = check_server("amqp://127.0.0.1:5672")
+            .unwrap_err()
+            .to_string();
+        assert!(wrong.contains("http:// or https://"), "{wrong}");
+        assert!(check_server("http://").is_err());
+    }
+
+    #[test]
+    fn an_answer_without_a_chime_error_is_not_chimed() {
+        let html = api_error("http://x", StatusCode::NOT_FOUND, b"<html>nope</html>");
+        assert!(matches!(html, ClientError::NotChimed { .. }), "{html}");
+        assert!(html.to_string().contains("not chimed's API"), "{html}");
+        let api = api_error(
+            "http://x",
+            StatusCode::NOT_FOUND,
+            br#"{"error": {"code": "not_found", "message": "no job", "field": null}}"#,
+        );
+        assert_eq!(api.to_string(), "not_found: no job");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_host_names_the_lookup_failure() {
+        let client = Client::new("http://chimed.invalid:8080").unwrap();
+        let error = client.get::<Value>("/v1/jobs").await.unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.starts_with("cannot reach chimed at http://chimed.invalid:8080: ")
+                && !text.contains("error sending request"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn path_segments_are_encoded() {

@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
-use super::{Client, Terminal, table, write_json};
+use super::{Client, Terminal, dlq_table, write_json};
 use crate::{
     api::dlq::{DlqItems, ReplayRequest},
     dlq::ReplayReport,
@@ -20,8 +20,10 @@ const REPLAY_BATCH: u32 = 100;
 #[derive(Debug, Subcommand)]
 pub enum DlqCommand {
     /// List the dead-letter queues: depth, oldest message, commonest reasons.
+    #[command(visible_alias = "list")]
     Ls,
     /// Show the messages at the head of a dead-letter queue, leaving them in place.
+    #[command(visible_alias = "show", aliases = ["messages", "inspect"])]
     Peek {
         /// The dead-letter queue.
         queue: String,
@@ -30,6 +32,7 @@ pub enum DlqCommand {
         n: usize,
     },
     /// Publish dead-lettered tasks to their group again, each as its run's next attempt.
+    #[command(visible_alias = "retry", aliases = ["redrive", "requeue"])]
     Replay {
         /// The dead-letter queue.
         queue: String,
@@ -41,6 +44,7 @@ pub enum DlqCommand {
         limit: Option<u32>,
     },
     /// Remove every message of a dead-letter queue.
+    #[command(aliases = ["clear", "empty"])]
     Purge {
         /// The dead-letter queue.
         queue: String,
@@ -63,7 +67,7 @@ pub(super) async fn dlq(
             if json {
                 write_json(out, &DlqItems { items })
             } else {
-                write!(out, "{}", table::dlq_queues(&items)).context("writing output")
+                write!(out, "{}", dlq_table::dlq_queues(&items)).context("writing output")
             }
         }
         DlqCommand::Peek { queue, n } => {
@@ -71,7 +75,7 @@ pub(super) async fn dlq(
             if json {
                 write_json(out, &DlqItems { items })
             } else {
-                write!(out, "{}", table::dlq_messages(&items)).context("writing output")
+                write!(out, "{}", dlq_table::dlq_messages(&items)).context("writing output")
             }
         }
         DlqCommand::Replay { queue, job, limit } => {
@@ -79,7 +83,8 @@ pub(super) async fn dlq(
             if json {
                 write_json(out, &report)
             } else {
-                write!(out, "{}", table::replay_summary(&queue, &report)).context("writing output")
+                write!(out, "{}", dlq_table::replay_summary(&queue, &report))
+                    .context("writing output")
             }
         }
         DlqCommand::Purge { queue, yes } => {

@@ -1,36 +1,36 @@
-//! `chimectl job add`: a job from flags, or from a JSON file as the API takes it.
+//! `chimectl job add` and `job edit` flags: one flag per job field (shared by both), or
+//! a JSON file as the API takes it. `add` builds a whole job; `edit` builds the `PATCH`
+//! body of the fields named, merged with the job as read where the API replaces a whole
+//! value (schedule, target, backoff), so a flag changes only what it names.
 
-use std::{io::Read, path::PathBuf};
+use std::{io::Read, path::Path, path::PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Map, Value, json};
 
-/// Flags of `job add`. Either `--file` or `--name`, a schedule and `--group`.
-#[derive(Debug, Args)]
-pub struct AddArgs {
-    /// The job as JSON (as `POST /v1/jobs` takes it); `-` reads standard input.
-    #[arg(short, long, conflicts_with_all = ["name", "cron", "every", "at", "group", "mode", "zones", "shards"])]
-    pub file: Option<PathBuf>,
-    /// Job name, unique within the app.
-    #[arg(long)]
-    pub name: Option<String>,
-    /// App namespace (default "default").
-    #[arg(long)]
-    pub app: Option<String>,
-    /// Cron expression, seconds first: "0 */2 * * * *".
+use crate::api::dto::JobResponse;
+
+/// The job fields, as flags. Every one is optional: `add` fills defaults, `edit` keeps
+/// the job's value.
+#[derive(Debug, Default, Args)]
+#[group(id = "job_fields", multiple = true)]
+pub struct JobFlags {
+    /// Cron expression, seconds first: "0 */2 * * * *" (a 5-field Unix line runs at
+    /// second 0).
     #[arg(long, conflicts_with_all = ["every", "at"])]
     pub cron: Option<String>,
-    /// IANA timezone of --cron (default UTC).
-    #[arg(long, requires = "cron")]
+    /// IANA timezone of the cron schedule, e.g. Europe/Berlin (default UTC). Only with
+    /// cron schedules.
+    #[arg(long, conflicts_with_all = ["every", "at"])]
     pub timezone: Option<String>,
     /// Fixed interval: "30s", "5m".
     #[arg(long, conflicts_with = "at")]
     pub every: Option<String>,
-    /// One-shot instant, RFC 3339.
+    /// One-shot instant, RFC 3339: "2026-11-21T10:00:00Z".
     #[arg(long)]
     pub at: Option<String>,
-    /// Target consumer group.
+    /// Consumer group the tasks go to.
     #[arg(long)]
     pub group: Option<String>,
     /// Delivery mode: group (one instance runs each fire; the default), broadcast (every
@@ -44,141 +44,267 @@ pub struct AddArgs {
     /// Sharded mode: items per fire (1 to 1024).
     #[arg(long)]
     pub shards: Option<u32>,
-    /// Payload JSON.
+    /// Payload JSON handed to the handler.
     #[arg(long)]
     pub payload: Option<String>,
-    /// Ack timeout: "30s".
+    /// How long a consumer has to ack a task before it is published again (default 30s).
     #[arg(long)]
     pub ack_timeout: Option<String>,
-    /// Max delivery attempts.
+    /// How long a run may go without a result or heartbeat after its ack (default 5m).
+    #[arg(long)]
+    pub run_timeout: Option<String>,
+    /// Delivery attempts before a run is given up (default 5).
     #[arg(long)]
     pub max_attempts: Option<u32>,
-    /// Misfire policy: fire_once, skip, catch_up.
+    /// Delay before the first retry of a retryable failure (default 1s); it doubles per
+    /// attempt up to --backoff-max.
+    #[arg(long)]
+    pub backoff_initial: Option<String>,
+    /// Longest delay between retries (default 5m).
+    #[arg(long)]
+    pub backoff_max: Option<String>,
+    /// Misfire policy for fires missed while Chime was down: fire_once (default), skip or
+    /// catch_up.
     #[arg(long)]
     pub misfire: Option<String>,
-    /// Most missed fires replayed by catch_up.
+    /// Most missed fires catch_up replays (default 10).
     #[arg(long)]
     pub catch_up_limit: Option<u32>,
+    /// Overlap policy: allow (default) or forbid (skip a fire while the last run is
+    /// unfinished).
+    #[arg(long)]
+    pub overlap: Option<String>,
+}
+
+/// Flags of `job add`: `--file`, or `--name`, a schedule and `--group`.
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// The job as JSON (as `POST /v1/jobs` takes it); `-` reads standard input.
+    #[arg(short, long, conflicts_with_all = ["job_fields", "name", "app", "paused"])]
+    pub file: Option<PathBuf>,
+    /// Job name, unique within the app.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// App namespace (default "default").
+    #[arg(long)]
+    pub app: Option<String>,
+    /// The job's fields.
+    #[command(flatten)]
+    pub fields: JobFlags,
     /// Create the job paused.
     #[arg(long)]
     pub paused: bool,
+}
+
+/// Flags of `job edit`: the fields to change, or `--file`. To pause or resume, use
+/// `job pause` and `job resume`.
+#[derive(Debug, Args)]
+pub struct EditArgs {
+    /// The job: an id, app/name, or a name in app "default".
+    pub job: String,
+    /// The fields to change as JSON (as `PATCH /v1/jobs/{id}` takes them, e.g. an edited
+    /// `job get --json`); `-` reads standard input.
+    #[arg(short, long, conflicts_with_all = ["job_fields", "name", "app"])]
+    pub file: Option<PathBuf>,
+    /// Rename the job.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Move the job to this app.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// The job's fields to change.
+    #[command(flatten)]
+    pub fields: JobFlags,
+    /// Change the job only if it is still at this version (default: the version just
+    /// read, so a change made meanwhile is not overwritten).
+    #[arg(long, value_name = "VERSION")]
+    pub if_version: Option<i64>,
 }
 
 impl AddArgs {
     /// The request body.
     pub fn to_request(&self) -> anyhow::Result<Value> {
         if let Some(path) = &self.file {
-            let text = if path.as_os_str() == "-" {
-                let mut text = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut text)
-                    .context("reading standard input")?;
-                text
-            } else {
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("reading {}", path.display()))?
-            };
-            return serde_json::from_str(&text)
-                .with_context(|| format!("{} is not JSON", path.display()));
+            return read_json(path);
         }
         let Some(name) = &self.name else {
             bail!("give --name (or --file)")
         };
-        let Some(group) = &self.group else {
+        let f = &self.fields;
+        let Some(group) = &f.group else {
             bail!("give --group, the consumer group to send tasks to")
         };
-        let schedule = match (&self.cron, &self.every, &self.at) {
-            (Some(cron), None, None) => {
-                let mut s = json!({"cron": cron});
-                if let Some(tz) = &self.timezone {
-                    s["timezone"] = json!(tz);
-                }
-                s
-            }
+        let schedule = match (&f.cron, &f.every, &f.at) {
+            (Some(cron), None, None) => cron_schedule(cron, f.timezone.as_deref()),
             (None, Some(every), None) => json!({"every": every}),
             (None, None, Some(at)) => json!({"at": at}),
+            _ if f.timezone.is_some() => bail!("--timezone goes with --cron: give --cron too"),
             _ => bail!("give one schedule: --cron, --every or --at"),
         };
+        let mut target = json!({"group": group});
+        set_target_flags(&mut target, f);
         let mut body = Map::new();
         body.insert("name".into(), json!(name));
         body.insert("schedule".into(), schedule);
-        body.insert("target".into(), self.target(group));
+        body.insert("target".into(), target);
         if let Some(app) = &self.app {
             body.insert("app".into(), json!(app));
         }
-        if let Some(payload) = &self.payload {
-            let payload: Value = serde_json::from_str(payload).context("--payload is not JSON")?;
-            body.insert("payload".into(), payload);
+        if f.backoff_initial.is_some() || f.backoff_max.is_some() {
+            let mut backoff = Map::new();
+            insert_some(&mut backoff, "initial", f.backoff_initial.as_ref());
+            insert_some(&mut backoff, "max", f.backoff_max.as_ref());
+            body.insert("backoff".into(), Value::Object(backoff));
         }
-        let optional = [
-            ("ack_timeout", self.ack_timeout.as_ref().map(|v| json!(v))),
-            ("max_attempts", self.max_attempts.map(|v| json!(v))),
-            ("misfire", self.misfire.as_ref().map(|v| json!(v))),
-            ("catch_up_limit", self.catch_up_limit.map(|v| json!(v))),
-            ("paused", self.paused.then_some(json!(true))),
-        ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                body.insert(key.into(), value);
-            }
+        insert_scalars(&mut body, f)?;
+        if self.paused {
+            body.insert("paused".into(), json!(true));
         }
         Ok(Value::Object(body))
     }
+}
 
-    /// The `target` object: the group and whichever of mode, zones and shards were given
-    /// (the server checks that they fit together).
-    fn target(&self, group: &str) -> Value {
-        let mut target = json!({"group": group});
-        if let Some(mode) = &self.mode {
-            target["mode"] = json!(mode);
+impl EditArgs {
+    /// The `PATCH` body for `current`: the fields the flags name, with schedule, target
+    /// and backoff completed from `current` (the API replaces those whole).
+    pub fn to_patch(&self, current: &JobResponse) -> anyhow::Result<Value> {
+        if let Some(path) = &self.file {
+            let body = read_json(path)?;
+            if !body.is_object() {
+                bail!(
+                    "{} must hold a JSON object of the fields to change",
+                    path.display()
+                );
+            }
+            return Ok(body);
         }
-        if let Some(zones) = &self.zones {
-            target["zones"] = json!(zones);
+        let f = &self.fields;
+        let spec = &current.spec;
+        let mut body = Map::new();
+        insert_some(&mut body, "name", self.name.as_ref());
+        insert_some(&mut body, "app", self.app.as_ref());
+        let schedule = match (&f.cron, &f.every, &f.at, &f.timezone) {
+            (Some(cron), _, _, timezone) => Some(cron_schedule(
+                cron,
+                timezone.as_deref().or(spec.schedule.timezone.as_deref()),
+            )),
+            (_, Some(every), _, _) => Some(json!({"every": every})),
+            (_, _, Some(at), _) => Some(json!({"at": at})),
+            (None, None, None, Some(timezone)) => match &spec.schedule.cron {
+                Some(cron) => Some(cron_schedule(cron, Some(timezone))),
+                None => bail!(
+                    "--timezone applies to cron schedules, and {} runs {}: give --cron too",
+                    spec.name,
+                    super::schedule_text::summary(&spec.schedule)
+                ),
+            },
+            (None, None, None, None) => None,
+        };
+        if let Some(schedule) = schedule {
+            body.insert("schedule".into(), schedule);
         }
-        if let Some(shards) = self.shards {
-            target["shards"] = json!(shards);
+        if f.group.is_some() || f.mode.is_some() || f.zones.is_some() || f.shards.is_some() {
+            body.insert("target".into(), edited_target(current, f));
         }
-        target
+        if f.backoff_initial.is_some() || f.backoff_max.is_some() {
+            let initial = f
+                .backoff_initial
+                .clone()
+                .unwrap_or_else(|| spec.backoff.initial.to_string());
+            let max = f
+                .backoff_max
+                .clone()
+                .unwrap_or_else(|| spec.backoff.max.to_string());
+            body.insert("backoff".into(), json!({"initial": initial, "max": max}));
+        }
+        insert_scalars(&mut body, f)?;
+        if body.is_empty() {
+            bail!("nothing to change: give the fields to change as flags (see --help) or --file");
+        }
+        Ok(Value::Object(body))
     }
+}
+
+/// `{"cron": ..., "timezone": ...}`, the timezone only when given.
+fn cron_schedule(cron: &str, timezone: Option<&str>) -> Value {
+    let mut schedule = json!({"cron": cron});
+    if let Some(timezone) = timezone {
+        schedule["timezone"] = json!(timezone);
+    }
+    schedule
+}
+
+/// Sets whichever of mode, zones and shards the flags give on `target` (the server
+/// checks that they fit together).
+fn set_target_flags(target: &mut Value, f: &JobFlags) {
+    if let Some(mode) = &f.mode {
+        target["mode"] = json!(mode);
+    }
+    if let Some(zones) = &f.zones {
+        target["zones"] = json!(zones);
+    }
+    if let Some(shards) = f.shards {
+        target["shards"] = json!(shards);
+    }
+}
+
+/// `current`'s target with the flags applied. A new mode drops the zones or shard count
+/// that only the old one had, unless given again.
+fn edited_target(current: &JobResponse, f: &JobFlags) -> Value {
+    let old = &current.spec.target;
+    let mut target = json!({
+        "group": f.group.as_deref().unwrap_or(&old.group),
+        "mode": old.mode.as_str(),
+    });
+    let mode = f.mode.as_deref().unwrap_or(old.mode.as_str());
+    if mode == "zone"
+        && let Some(zones) = &old.zones
+    {
+        target["zones"] = json!(zones);
+    }
+    if mode == "sharded"
+        && let Some(shards) = old.shards
+    {
+        target["shards"] = json!(shards);
+    }
+    set_target_flags(&mut target, f);
+    target
+}
+
+/// The fields set by value: payload, timeouts, attempts and policies.
+fn insert_scalars(body: &mut Map<String, Value>, f: &JobFlags) -> anyhow::Result<()> {
+    if let Some(payload) = &f.payload {
+        let payload: Value = serde_json::from_str(payload).context("--payload is not JSON")?;
+        body.insert("payload".into(), payload);
+    }
+    insert_some(body, "ack_timeout", f.ack_timeout.as_ref());
+    insert_some(body, "run_timeout", f.run_timeout.as_ref());
+    insert_some(body, "max_attempts", f.max_attempts.as_ref());
+    insert_some(body, "misfire", f.misfire.as_ref());
+    insert_some(body, "catch_up_limit", f.catch_up_limit.as_ref());
+    insert_some(body, "overlap", f.overlap.as_ref());
+    Ok(())
+}
+
+fn insert_some(body: &mut Map<String, Value>, key: &str, value: Option<&impl serde::Serialize>) {
+    if let Some(value) = value {
+        body.insert(key.into(), json!(value));
+    }
+}
+
+/// JSON from `path`, or standard input for `-`.
+fn read_json(path: &Path) -> anyhow::Result<Value> {
+    let text = if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading standard input")?;
+        text
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
 #[cfg(test)]
-mod tests {
-    use clap::Parser;
-    use serde_json::json;
-
-    use crate::cli::{Cli, Command, JobCommand};
-
-    fn add(args: &[&str]) -> serde_json::Value {
-        let argv = [
-            "chimectl", "job", "add", "--name", "n", "--every", "1m", "--group", "g",
-        ];
-        let cli = Cli::try_parse_from(argv.iter().chain(args)).unwrap();
-        let Command::Job(JobCommand::Add(add)) = cli.command else {
-            panic!("parsed as job add")
-        };
-        add.to_request().unwrap()
-    }
-
-    #[test]
-    fn delivery_flags_go_into_the_target() {
-        assert_eq!(add(&[])["target"], json!({"group": "g"}));
-        assert_eq!(
-            add(&["--mode", "sharded", "--shards", "8"])["target"],
-            json!({"group": "g", "mode": "sharded", "shards": 8})
-        );
-        assert_eq!(
-            add(&["--mode", "zone", "--zones", "dc1,dc2"])["target"],
-            json!({"group": "g", "mode": "zone", "zones": ["dc1", "dc2"]})
-        );
-        assert_eq!(
-            add(&["--mode", "broadcast"])["target"],
-            json!({"group": "g", "mode": "broadcast"})
-        );
-        // Validation is the server's: a mismatch is passed on as given.
-        assert_eq!(
-            add(&["--shards", "0"])["target"],
-            json!({"group": "g", "shards": 0})
-        );
-    }
-}
+mod tests;

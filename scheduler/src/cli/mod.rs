@@ -4,13 +4,15 @@
 
 mod client;
 mod dlq;
+mod dlq_table;
 mod job_args;
+mod schedule_text;
 mod table;
 
 use std::io::{BufRead, Write};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::api::{
     cluster::ClusterResponse,
@@ -18,11 +20,17 @@ use crate::api::{
 };
 pub use client::{Client, ClientError};
 pub use dlq::DlqCommand;
-use job_args::AddArgs;
+use job_args::{AddArgs, EditArgs};
 
-/// Chime command-line client.
+/// The command line of `chimectl`.
 #[derive(Debug, Parser)]
-#[command(name = "chimectl", version, about)]
+#[command(
+    name = "chimectl",
+    version = crate::VERSION,
+    about = "chimectl, the command-line client of the Chime scheduler: creates and edits jobs, \
+             shows their runs, the cluster and the dead-letter queues, through chimed's HTTP API.",
+    long_about = None,
+)]
 pub struct Cli {
     /// chimed's HTTP address.
     #[arg(
@@ -43,25 +51,33 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create, list, inspect and control jobs.
-    #[command(subcommand)]
+    /// Create, list, inspect, edit and control jobs.
+    #[command(subcommand, alias = "jobs")]
     Job(JobCommand),
     /// Inspect runs (fires) of jobs.
-    #[command(subcommand)]
+    #[command(subcommand, alias = "runs")]
     Run(RunCommand),
     /// Show the cluster's nodes and which shards each holds.
+    #[command(alias = "nodes")]
     Cluster,
     /// List, inspect, replay and purge dead-letter queues.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// Print a shell completion script: `chimectl completions bash > /etc/bash_completion.d/chimectl`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// `chimectl job ...`. JOB is a job id, `app/name`, or a name in app `default`.
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
     /// Create a job from flags or a JSON file.
+    #[command(visible_alias = "create", alias = "new")]
     Add(Box<AddArgs>),
     /// List jobs.
+    #[command(visible_alias = "list")]
     Ls {
         /// Only jobs of this app.
         #[arg(long)]
@@ -71,26 +87,34 @@ pub enum JobCommand {
         limit: Option<usize>,
     },
     /// Show one job.
+    #[command(visible_alias = "show", aliases = ["describe", "inspect", "info"])]
     Get {
         /// The job.
         job: String,
     },
+    /// Change a job's fields: only those given change (from flags or a JSON file).
+    #[command(visible_alias = "update", aliases = ["set", "modify", "patch"])]
+    Edit(Box<EditArgs>),
     /// Delete a job and its run history.
+    #[command(visible_alias = "delete", aliases = ["remove", "del"])]
     Rm {
         /// The job.
         job: String,
     },
     /// Stop a job firing.
+    #[command(aliases = ["disable", "suspend"])]
     Pause {
         /// The job.
         job: String,
     },
     /// Let a paused job fire again, from its next scheduled time.
+    #[command(aliases = ["unpause", "enable"])]
     Resume {
         /// The job.
         job: String,
     },
     /// Fire a job now.
+    #[command(visible_alias = "fire", alias = "run")]
     Trigger {
         /// The job.
         job: String,
@@ -101,6 +125,7 @@ pub enum JobCommand {
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
     /// List a job's runs, newest first.
+    #[command(visible_alias = "list")]
     Ls {
         /// The job.
         job: String,
@@ -108,7 +133,8 @@ pub enum RunCommand {
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
-    /// Show one run.
+    /// Show one run, with its attempts and, for a fire of several items, the items.
+    #[command(visible_alias = "show", aliases = ["describe", "inspect"])]
     Get {
         /// The run id.
         run: String,
@@ -141,9 +167,14 @@ pub async fn run_with(
     out: &mut dyn Write,
     terminal: &mut Terminal<'_>,
 ) -> anyhow::Result<()> {
+    if let Command::Completions { shell } = cli.command {
+        clap_complete::generate(shell, &mut Cli::command(), "chimectl", out);
+        return Ok(());
+    }
     let client = Client::new(&cli.server)?;
     let json = cli.json;
     match cli.command {
+        Command::Completions { .. } => unreachable!("answered above"),
         Command::Job(command) => job(&client, command, json, out).await,
         Command::Run(command) => runs(&client, command, json, out).await,
         Command::Cluster => {
@@ -186,6 +217,16 @@ async fn job(
         JobCommand::Get { job } => {
             let id = client.resolve_job(&job).await?;
             let job: JobResponse = client.get(&format!("/v1/jobs/{id}")).await?;
+            print_jobs(out, json, &[job], true)
+        }
+        JobCommand::Edit(args) => {
+            let current = client.find_job(&args.job).await?;
+            let body = args.to_patch(&current)?;
+            // A version named in the file wins over If-Match on the server.
+            let version = args.if_version.or(Some(current.version));
+            let job: JobResponse = client
+                .patch(&format!("/v1/jobs/{}", current.id), &body, version)
+                .await?;
             print_jobs(out, json, &[job], true)
         }
         JobCommand::Rm { job } => {
@@ -275,3 +316,6 @@ fn write_json(out: &mut dyn Write, value: &impl serde::Serialize) -> anyhow::Res
     let text = serde_json::to_string_pretty(value).context("encoding JSON")?;
     writeln!(out, "{text}").context("writing output")
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{Held, Leases, Ownership, balance, lease::local_deadline};
+use super::{Held, Leases, Ownership, balance, lease::local_deadline, shard_ranges};
 use crate::{
     store::{PostgresStore, ShardToken, StoreError},
     telemetry,
@@ -135,7 +135,7 @@ impl Membership {
             .collect();
         let lost: Vec<u32> = before.shards().filter(|s| !held.contains_key(s)).collect();
         if !lost.is_empty() {
-            warn!(shards = ?lost, "lost shard leases to another node; not firing them");
+            warn!(shards = %shard_ranges(&lost), "lost shard leases to another node; not firing them");
             metrics::counter!(telemetry::LEASE_LOSSES).increment(lost.len() as u64);
         }
         self.ownership.set(Leases::fenced(held.clone()));
@@ -152,7 +152,7 @@ impl Membership {
             }
             self.ownership.set(Leases::fenced(held.clone()));
             self.store.release_leases(&node, &plan.release).await?;
-            info!(shards = ?plan.release, live_nodes = live.len(), "released shards to rebalance");
+            info!(shards = %shard_ranges(&plan.release), live_nodes = live.len(), "released shards to rebalance");
             metrics::counter!(telemetry::SHARD_RELEASES).increment(plan.release.len() as u64);
         }
         if plan.take > 0 {
@@ -162,6 +162,8 @@ impl Membership {
                 .acquire_leases(&node, &plan.candidates, plan.take, ttl)
                 .await?;
             let mut fresh = Vec::new();
+            // Per previous owner: the shards taken from it and the longest gap.
+            let mut taken: BTreeMap<&str, (Vec<u32>, f64)> = BTreeMap::new();
             for got in &acquired {
                 held.insert(got.lease.shard, held_lease(got.lease, sent, ttl));
                 match &got.previous_owner {
@@ -169,16 +171,24 @@ impl Membership {
                         // Time since the previous owner last renewed, assuming it used the
                         // same TTL: how long the shard's jobs could not fire.
                         let gap = got.expired_for_s.unwrap_or(0.0).max(0.0) + ttl.as_secs_f64();
-                        info!(shard = got.lease.shard, token = got.lease.token,
-                            previous_owner = %previous, gap_s = gap, "took over an expired shard");
+                        let (shards, longest) = taken.entry(previous.as_str()).or_default();
+                        shards.push(got.lease.shard);
+                        *longest = longest.max(gap);
                         metrics::counter!(telemetry::SHARD_TAKEOVERS).increment(1);
                         metrics::histogram!(telemetry::FAILOVER_GAP).record(gap);
                     }
                     None => fresh.push(got.lease.shard),
                 }
             }
+            // One line per node taken over from, not one per shard.
+            for (previous, (mut shards, gap)) in taken {
+                shards.sort_unstable();
+                info!(shards = %shard_ranges(&shards), count = shards.len(),
+                    previous_owner = %previous, gap_s = gap, "took over expired shards");
+            }
             if !fresh.is_empty() {
-                info!(shards = ?fresh, "acquired free shards");
+                fresh.sort_unstable();
+                info!(shards = %shard_ranges(&fresh), count = fresh.len(), "acquired free shards");
             }
             metrics::counter!(telemetry::SHARD_ACQUISITIONS).increment(acquired.len() as u64);
             self.ownership.set(Leases::fenced(held.clone()));

@@ -23,7 +23,7 @@ use uuid::Uuid;
 pub use balance::{LeaseView, Rebalance};
 pub use lease::{Held, Leases};
 pub use membership::{ClusterSettings, Membership};
-pub use shard::{DEFAULT_SHARD_COUNT, shard_of};
+pub use shard::{DEFAULT_SHARD_COUNT, shard_of, shard_ranges};
 
 /// The shards this node holds, shared by the services that act on them. Cheap to clone.
 #[derive(Debug, Clone)]

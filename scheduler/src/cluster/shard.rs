@@ -1,5 +1,5 @@
 //! Which shard a job belongs to: a fixed hash of its id, so every node computes the same
-//! answer without asking the store.
+//! answer without asking the store; and shard lists written as ranges, for people.
 
 use uuid::Uuid;
 
@@ -17,9 +17,38 @@ pub fn shard_of(job: Uuid, count: u32) -> u32 {
     (mixed % u64::from(count)) as u32
 }
 
+/// `0-3,7,9-10` for [0, 1, 2, 3, 7, 9, 10] (sorted shards); `-` for none.
+pub fn shard_ranges(shards: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut iter = shards.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end = iter.next().expect("peeked");
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(",")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_ranges_are_compact() {
+        assert_eq!(shard_ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3,7,9-10");
+        assert_eq!(shard_ranges(&[]), "-");
+        assert_eq!(shard_ranges(&[5]), "5");
+    }
 
     #[test]
     fn stable_and_in_range() {

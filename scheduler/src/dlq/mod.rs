@@ -124,6 +124,13 @@ impl DeadLetters {
             .collect();
         queues.push(topology::dead_letter_queue(REPLY_QUEUE));
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
+        // The reply queue's DLQ is chimed's own, so it is declared rather than looked
+        // for: on a fresh broker the sampler's first pass comes before the collector's
+        // declaration.
+        if let Err(error) = declare_replies(&connection).await {
+            close(&connection).await;
+            return Err(error.into());
+        }
         let mut items = Vec::new();
         for queue in queues {
             match summarize(&connection, &queue, if reasons { REASON_SAMPLE } else { 1 }).await {
@@ -277,7 +284,10 @@ impl DeadLetters {
             progress(&report);
         }
         let _ = channel.close(200, "replay done".into()).await;
-        report.remaining = open_queue(connection, queue).await?.1;
+        let (channel, remaining) = open_queue(connection, queue).await?;
+        // Closed before the connection is (see `close`).
+        let _ = channel.close(200, "replay done".into()).await;
+        report.remaining = remaining;
         Ok(report)
     }
 
@@ -411,6 +421,17 @@ fn strip_death(properties: &BasicProperties) -> BasicProperties {
     properties.clone().with_headers(headers)
 }
 
+/// Declares the reply queue and its dead-letter queue (idempotent) on a channel of its own.
+async fn declare_replies(connection: &Connection) -> Result<(), lapin::Error> {
+    let channel = connection.create_channel().await?;
+    let declared = topology::declare_replies(&channel).await;
+    let _ = channel.close(200, "declared".into()).await;
+    declared
+}
+
+/// Closes `connection`. Its channels must be closed first: lapin closes a channel
+/// dropped open in the background, and that fails against a closing connection with an
+/// error in the log.
 async fn close(connection: &Connection) {
     let _ = connection.close(200, "dlq operation done".into()).await;
 }

@@ -6,7 +6,8 @@
 //! Quartz extensions (`L`, `W`, `#`) are not supported.
 //! A 5-field Unix line is accepted by prefixing `0 ` (fire at second 0) when its
 //! day-of-week field uses no digits (`*`, `?` or names); numeric Unix day-of-week means
-//! something else here (1 = Monday there), so it is refused with an explanation.
+//! something else here (1 = Monday there), so it is refused with an explanation and the
+//! line rewritten with day names, which mean the same days in both numberings.
 //!
 //! The expression is matched against wall-clock time in the job's timezone. Fire times are
 //! stored in UTC. Around DST changes:
@@ -36,6 +37,8 @@ const MAX_STEPS: usize = 100_000;
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
     expression: String,
+    /// What runs: the expression with a 5-field line given its seconds field.
+    normalised: String,
     timezone: Tz,
     schedule: cron::Schedule,
     every_hour: bool,
@@ -76,6 +79,7 @@ impl CronSchedule {
         let every_hour = schedule.hours().is_all();
         Ok(Self {
             expression: expression.trim().to_string(),
+            normalised,
             timezone,
             schedule,
             every_hour,
@@ -85,6 +89,16 @@ impl CronSchedule {
     /// The expression as given.
     pub fn expression(&self) -> &str {
         &self.expression
+    }
+
+    /// The expression as it runs, seconds first: a 5-field line with `0 ` in front.
+    pub fn normalised(&self) -> &str {
+        &self.normalised
+    }
+
+    /// Whether the expression was written as a 5-field Unix line.
+    pub fn is_five_field(&self) -> bool {
+        self.expression.split_whitespace().count() == 5
     }
 
     /// The timezone.
@@ -173,11 +187,80 @@ fn normalise(expression: &str) -> Result<String, CronError> {
         return Ok(fields.join(" "));
     }
     if fields[4].bytes().any(|b| b.is_ascii_digit()) {
-        return Err(CronError::Expression(format!(
-            "5-field cron {expression:?} with a numeric day-of-week is ambiguous here: Chime expressions put seconds first and number days 1 = Sunday … 7 = Saturday; write day names (MON-FRI) or use 6 fields, e.g. \"0 {expression}\" after renumbering"
-        )));
+        let explained = format!(
+            "5-field cron {expression:?} has a numeric day-of-week, which Chime reads differently: its expressions put seconds first and number days 1 = Sunday … 7 = Saturday (Unix: 0 = Sunday, 1 = Monday)"
+        );
+        return Err(CronError::Expression(
+            match unix_weekdays_as_names(fields[4]) {
+                Some(days) => format!(
+                    "{explained}; the same days written with names: \"0 {} {days}\"",
+                    fields[..4].join(" ")
+                ),
+                None => format!("{explained}; write the days as names (SUN, MON, … SAT)"),
+            },
+        ));
     }
     Ok(format!("0 {}", fields.join(" ")))
+}
+
+/// A Unix day-of-week field (0 or 7 = Sunday, 1 = Monday … 6 = Saturday; lists, ranges,
+/// steps and names) rewritten with day names, which mean the same days in Chime's
+/// numbering; `*` for every day. `None` when the field is not understood: then no
+/// rewrite is offered rather than one that might mean other days.
+pub fn unix_weekdays_as_names(field: &str) -> Option<String> {
+    const NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+    let day = |text: &str| -> Option<u32> {
+        match text.parse::<u32>() {
+            Ok(n) if n <= 7 => Some(n),
+            Ok(_) => None,
+            Err(_) => NAMES
+                .iter()
+                .position(|name| name.eq_ignore_ascii_case(text))
+                .map(|i| i as u32),
+        }
+    };
+    let mut days = [false; 7];
+    for item in field.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((range, step)) => (range, step.parse::<u32>().ok().filter(|s| *s > 0)?),
+            None => (item, 1),
+        };
+        let (first, last) = match range.split_once('-') {
+            _ if range == "*" || range == "?" => (0, 6),
+            Some((a, b)) => (day(a)?, day(b)?),
+            // `n/step`: crons disagree on where it ends (6 or 7, a Sunday).
+            None if item.contains('/') => return None,
+            None => (day(range)?, day(range)?),
+        };
+        if first > last {
+            return None;
+        }
+        for n in (first..=last).step_by(step as usize) {
+            days[(n % 7) as usize] = true;
+        }
+    }
+    if days.iter().all(|d| *d) {
+        return Some("*".into());
+    }
+    let mut parts = Vec::new();
+    let mut n = 0;
+    while n < 7 {
+        if !days[n] {
+            n += 1;
+            continue;
+        }
+        let start = n;
+        while n + 1 < 7 && days[n + 1] {
+            n += 1;
+        }
+        parts.push(match n - start {
+            0 => NAMES[start].to_string(),
+            1 => format!("{},{}", NAMES[start], NAMES[n]),
+            _ => format!("{}-{}", NAMES[start], NAMES[n]),
+        });
+        n += 1;
+    }
+    Some(parts.join(","))
 }
 
 #[cfg(test)]
@@ -297,9 +380,97 @@ mod tests {
             s.next_after(at("2026-11-21T10:01:07Z")),
             Some(at("2026-11-21T10:05:00Z"))
         );
+        assert!(s.is_five_field());
+        assert_eq!(s.expression(), "*/5 * * * *");
+        assert_eq!(s.normalised(), "0 */5 * * * *");
+        let six = CronSchedule::parse("0 */5 * * * *", "UTC").unwrap();
+        assert!(!six.is_five_field());
+        assert_eq!(six.normalised(), six.expression());
         assert!(CronSchedule::parse("0 9 * * MON-FRI", "UTC").is_ok());
         let err = CronSchedule::parse("0 9 * * 1-5", "UTC").unwrap_err();
-        assert!(matches!(err, CronError::Expression(m) if m.contains("1 = Sunday")));
+        let CronError::Expression(message) = err else {
+            panic!("an expression error")
+        };
+        assert!(message.contains("1 = Sunday"), "{message}");
+        assert!(
+            message.ends_with("\"0 0 9 * * MON-FRI\""),
+            "the hint is the renumbered line, ready to paste: {message}"
+        );
+    }
+
+    #[test]
+    fn unix_weekdays_become_names() {
+        for (unix, names) in [
+            ("1-5", "MON-FRI"),
+            ("0", "SUN"),
+            ("7", "SUN"),
+            ("0,6", "SUN,SAT"),
+            ("5-7", "SUN,FRI,SAT"),
+            ("*/2", "SUN,TUE,THU,SAT"),
+            ("1-5/2", "MON,WED,FRI"),
+            ("0-6", "*"),
+            ("mon,3", "MON,WED"),
+        ] {
+            assert_eq!(
+                unix_weekdays_as_names(unix).as_deref(),
+                Some(names),
+                "{unix}"
+            );
+        }
+        for unclear in ["8", "5-1", "1/0", "2/2", "L", "1#2", ""] {
+            assert_eq!(unix_weekdays_as_names(unclear), None, "{unclear}");
+        }
+    }
+
+    /// The Unix meaning of day-of-week field `field` for weekday `day` (0 = Sunday), by
+    /// the classic cron rules, written independently of the conversion.
+    fn unix_matches(field: &str, day: u32) -> bool {
+        field.split(',').any(|item| {
+            let (range, step) = item
+                .split_once('/')
+                .map_or((item, 1), |(r, s)| (r, s.parse::<u32>().unwrap()));
+            let (lo, hi) = match range.split_once('-') {
+                _ if range == "*" => (0, 7),
+                Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                None => (range.parse().unwrap(), range.parse().unwrap()),
+            };
+            (lo..=hi).step_by(step as usize).any(|n: u32| n % 7 == day)
+        })
+    }
+
+    proptest::proptest! {
+        /// The rewritten line, pasted, fires on exactly the days the Unix line meant.
+        #[test]
+        fn renumbered_hints_fire_on_the_unix_days(
+            items in proptest::collection::vec((0u32..=7, 0u32..=7, 1u32..=7, 0u8..5), 1..4)
+        ) {
+            let field = items
+                .iter()
+                .map(|&(a, b, step, kind)| match kind {
+                    0 => a.to_string(),
+                    1 => format!("{}-{}", a.min(b), a.max(b)),
+                    2 => format!("{}-{}/{step}", a.min(b), a.max(b)),
+                    3 => format!("*/{step}"),
+                    _ => "*".to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            let names = unix_weekdays_as_names(&field).expect("a plain field converts");
+            let schedule = CronSchedule::parse(&format!("0 0 12 * * {names}"), "UTC").unwrap();
+            // 2026-11-22 is a Sunday: one fire check per day of the following week.
+            let mut fired = [false; 7];
+            let mut t = at("2026-11-21T13:00:00Z");
+            while let Some(next) = schedule.next_after(t) {
+                if next >= at("2026-11-29T00:00:00Z") {
+                    break;
+                }
+                fired[next.format("%w").to_string().parse::<usize>().unwrap()] = true;
+                t = next;
+            }
+            for day in 0..7u32 {
+                proptest::prop_assert_eq!(fired[day as usize], unix_matches(&field, day), "{} -> {} on day {}", field, names, day);
+            }
+        }
     }
 
     #[test]

@@ -87,8 +87,15 @@ pub async fn send_probes(
     while let Some(connection) =
         broker::connect_with_backoff(amqp_url, "reply-probes", cancel).await
     {
-        let error = match connection.create_channel().await {
-            Ok(channel) => probe_until_error(&channel, node, interval, cancel).await,
+        let error = match open_channel(&connection).await {
+            Ok(channel) => {
+                let error = probe_until_error(&channel, node, interval, cancel).await;
+                // Closed before the connection: a channel dropped open is closed by lapin
+                // in the background, which fails against a closing connection and logs
+                // an error.
+                let _ = channel.close(200, "chimed stopping".into()).await;
+                error
+            }
             Err(error) => Some(error),
         };
         let _ = connection.close(200, "chimed stopping".into()).await;
@@ -99,6 +106,15 @@ pub async fn send_probes(
             () = cancel.cancelled() => return,
         }
     }
+}
+
+/// A channel to publish probes on. Declares the reply exchange and queue first: the
+/// collector declares them too, on a connection of its own, and on a fresh broker this
+/// one may be first (a probe into a missing exchange closes the channel).
+async fn open_channel(connection: &lapin::Connection) -> Result<Channel, lapin::Error> {
+    let channel = connection.create_channel().await?;
+    topology::declare_replies(&channel).await?;
+    Ok(channel)
 }
 
 /// Probes every `interval` until `cancel` (None) or a publish fails.

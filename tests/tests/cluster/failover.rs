@@ -56,6 +56,33 @@ async fn sigkill_one_of_three_nodes_loses_and_doubles_nothing() {
         taken >= 1.0,
         "the survivors report taking over the dead node's shards"
     );
+    // One log line per takeover round, listing its shards, not one per shard. (With
+    // TEST_LOG the logs go to the terminal, not to files this can read.)
+    if std::env::var_os("TEST_LOG").is_some() {
+        return;
+    }
+    let mut lines = 0;
+    let mut listed = 0;
+    for slot in [0, 2] {
+        let log = cluster.node(slot).log();
+        for line in log
+            .lines()
+            .filter(|l| l.contains("took over expired shards"))
+        {
+            assert!(line.contains(&victim), "{line}");
+            lines += 1;
+            listed += line
+                .split_whitespace()
+                .find_map(|field| field.strip_prefix("count="))
+                .and_then(|count| count.parse::<u32>().ok())
+                .unwrap_or_else(|| panic!("a takeover line counts its shards: {line}"));
+        }
+    }
+    assert_eq!(f64::from(listed), taken, "every shard taken over is logged");
+    assert!(
+        lines < listed.max(2),
+        "{lines} takeover lines for {listed} shards: one line lists many shards"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -188,3 +188,207 @@ async fn job_node(server: &str) -> String {
         .1;
     status["this_node"].as_str().unwrap().to_string()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chimectl_edits_jobs_and_shows_what_a_schedule_runs() {
+    let s = Setup::new(StoreKind::Sqlite).await;
+    let server = s.chimed.api.base().to_string();
+    let run = |args: Vec<String>| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            chimectl(&server, &args)
+        })
+    };
+    let ok = |output: Output| {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout(&output)
+    };
+    let words = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let args = |text: &str| words(text);
+
+    // A 5-field line is shown as it runs, beside what was written.
+    let owned = |argv: &[&str]| argv.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    ok(run(owned(&[
+        "job",
+        "add",
+        "--app",
+        "shop",
+        "--name",
+        "tidy",
+        "--cron",
+        "*/5 * * * *",
+        "--group",
+        "ops",
+    ]))
+    .await
+    .unwrap());
+    let listed = ok(run(args("job ls --app shop")).await.unwrap());
+    assert!(
+        listed.contains("cron 0 */5 * * * * (UTC; written */5 * * * *)"),
+        "{listed}"
+    );
+    let shown = ok(run(args("job get shop/tidy")).await.unwrap());
+    assert!(
+        shown.contains("sec 0, min */5, hour *") && shown.contains("next fires"),
+        "{shown}"
+    );
+
+    // Edit: only the fields named change; the version read guards the change.
+    let edited = ok(run(args(
+        "--json job edit shop/tidy --max-attempts 9 --overlap forbid --run-timeout 20m",
+    ))
+    .await
+    .unwrap());
+    let job: Value = serde_json::from_str(&edited).expect("--json prints JSON");
+    assert_eq!(job["max_attempts"], 9);
+    assert_eq!(job["overlap"], "forbid");
+    assert_eq!(job["run_timeout"], "20m");
+    assert_eq!(job["schedule"]["cron"], "*/5 * * * *", "untouched");
+    assert_eq!(job["version"], 2);
+    let stale = run(args("job edit shop/tidy --if-version 1 --max-attempts 3"))
+        .await
+        .unwrap();
+    assert_eq!(stale.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&stale.stderr).contains("version_conflict"),
+        "{}",
+        String::from_utf8_lossy(&stale.stderr)
+    );
+    let moved = ok(run(args("--json job edit shop/tidy --timezone Asia/Tokyo"))
+        .await
+        .unwrap());
+    let job: Value = serde_json::from_str(&moved).unwrap();
+    assert_eq!(
+        job["schedule"],
+        serde_json::json!({"cron": "*/5 * * * *", "timezone": "Asia/Tokyo"})
+    );
+    // From a file: an edited `job get --json`, version included.
+    let file = chime_tests::binaries::scratch_dir("cli-edit").join("job.json");
+    let mut body = job.clone();
+    body["payload"] = serde_json::json!({"from": "file"});
+    std::fs::write(&file, body.to_string()).unwrap();
+    let from_file = ok(run(owned(&[
+        "--json",
+        "job",
+        "edit",
+        "shop/tidy",
+        "-f",
+        &file.display().to_string(),
+    ]))
+    .await
+    .unwrap());
+    let job: Value = serde_json::from_str(&from_file).unwrap();
+    assert_eq!(job["payload"]["from"], "file");
+
+    // --timezone only goes with --cron.
+    let refused = run(args("job add --name x --every 1m --group g --timezone UTC"))
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // A paused job's next fire reads `paused`; synonyms work.
+    ok(run(args("job pause shop/tidy")).await.unwrap());
+    let listed = ok(run(args("job list --app shop")).await.unwrap());
+    let row = listed.lines().find(|l| l.contains("tidy")).unwrap();
+    assert_eq!(
+        words(row).last().map(String::as_str),
+        Some("paused"),
+        "{listed}"
+    );
+    ok(run(args("job delete shop/tidy")).await.unwrap());
+}
+
+#[test]
+fn chimectl_says_what_to_do_when_chimed_is_not_there() {
+    let port = chime_tests::chimed::free_port();
+    let server = format!("http://127.0.0.1:{port}");
+    let output = chimectl(&server, &["job", "ls"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim(),
+        format!(
+            "error: connection refused: is chimed running at {server}? set --server or CHIME_SERVER"
+        )
+    );
+    let version = Command::new(binaries::binary("chimectl"))
+        .arg("--version")
+        .output()
+        .expect("run chimectl");
+    assert_eq!(
+        stdout(&version).trim(),
+        format!(
+            "chimectl {} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            chime_scheduler::GIT_COMMIT
+        )
+    );
+    let version = Command::new(binaries::binary("chimed"))
+        .arg("--version")
+        .output()
+        .expect("run chimed");
+    assert!(
+        stdout(&version).starts_with("chimed "),
+        "{}",
+        stdout(&version)
+    );
+}
+
+#[test]
+fn chimed_start_up_errors_are_one_message_without_a_backtrace() {
+    let dir = binaries::scratch_dir("startup-errors");
+    let chimed = |env: &[(&str, String)]| {
+        Command::new(binaries::binary("chimed"))
+            .current_dir(&dir)
+            .env("RUST_BACKTRACE", "full")
+            .env(
+                "CHIME_DATABASE_URL",
+                format!("sqlite://{}", dir.join("chime.db").display()),
+            )
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("run chimed")
+    };
+    let no_backtrace = |output: &Output| {
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+        assert!(
+            !stderr.contains("Error: "),
+            "not Rust's default report: {stderr}"
+        );
+        stderr
+    };
+
+    // A bad setting: refused before anything starts, as one line.
+    let bad = chimed(&[("CHIME_HTTP_ADDR", "nonsense".into())]);
+    let stderr = no_backtrace(&bad);
+    assert_eq!(
+        stderr.trim(),
+        "chimed: error: invalid http_addr \"nonsense\" (from environment CHIME_HTTP_ADDR): invalid socket address syntax"
+    );
+
+    // A port in use: the error comes after start-up has begun.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let addr = taken.local_addr().unwrap().to_string();
+    let busy = chimed(&[("CHIME_HTTP_ADDR", addr.clone())]);
+    let stderr = no_backtrace(&busy);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("chimed: error: listening on {addr}: ")),
+        "{stderr}"
+    );
+}

@@ -12,6 +12,7 @@ mod demo;
 mod dlq_cli;
 mod duplicates;
 mod outage;
+mod quiet_log;
 mod restart;
 mod routing;
 mod support;
