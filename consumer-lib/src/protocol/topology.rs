@@ -30,11 +30,19 @@
 //! broadcast queues — lands in the one `chime.group.<group>.dlq`. `docs/routing.md` draws
 //! each delivery mode.
 
+mod limits;
+
+use limits::short;
+pub use limits::{
+    MAX_SHORT_STRING, NameError, NameField, check_group, check_instance, check_job_topology,
+    check_observer, check_task, check_topic_key, check_zone,
+};
+
 use super::{DeliveryMode, TaskMessage};
 use lapin::{
     Channel, ExchangeKind,
     options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions},
-    types::{AMQPValue, FieldTable, LongString, ShortString},
+    types::{AMQPValue, FieldTable, LongString},
 };
 
 /// Direct exchange the scheduler publishes tasks to; the routing key is the target group.
@@ -61,7 +69,8 @@ pub const DEAD_LETTER_NOTICES: &str = "chime.dlx.notices";
 /// How many times RabbitMQ delivers a message from a work queue before dead-lettering it
 /// (RabbitMQ 3.10 has no default; a message that crashes every consumer must not loop forever).
 pub const DELIVERY_LIMIT: i64 = 10;
-/// Longest group, app or job name accepted (queue names are at most 255 bytes).
+/// Longest group, app, job, zone, instance or observer name accepted alone; names joined
+/// into one broker name also share its [`MAX_SHORT_STRING`] bytes (see [`check_job_topology`]).
 pub const MAX_NAME_LEN: usize = 128;
 
 /// The durable work queue of consumer group `group`.
@@ -300,7 +309,7 @@ pub async fn declare_zone(channel: &Channel, group: &str, zone: &str) -> Result<
     let queue = zone_queue(group, zone);
     channel
         .queue_declare(
-            queue.as_str().into(),
+            short(&queue)?,
             QueueDeclareOptions {
                 durable: true,
                 ..QueueDeclareOptions::default()
@@ -310,9 +319,9 @@ pub async fn declare_zone(channel: &Channel, group: &str, zone: &str) -> Result<
         .await?;
     channel
         .queue_bind(
-            queue.as_str().into(),
+            short(&queue)?,
             TASK_EXCHANGE.into(),
-            zone_routing_key(group, zone).as_str().into(),
+            short(&zone_routing_key(group, zone))?,
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -333,7 +342,7 @@ pub async fn declare_instance_queue(
     let queue = instance_queue(group, instance);
     channel
         .queue_declare(
-            queue.as_str().into(),
+            short(&queue)?,
             QueueDeclareOptions {
                 exclusive: true,
                 auto_delete: true,
@@ -344,9 +353,9 @@ pub async fn declare_instance_queue(
         .await?;
     channel
         .queue_bind(
-            queue.as_str().into(),
+            short(&queue)?,
             BROADCAST_EXCHANGE.into(),
-            group.into(),
+            short(group)?,
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -372,9 +381,9 @@ pub async fn declare_observer(
     for pattern in patterns {
         channel
             .queue_bind(
-                queue.as_str().into(),
+                short(&queue)?,
                 TOPIC_EXCHANGE.into(),
-                pattern.as_str().into(),
+                short(pattern)?,
                 QueueBindOptions::default(),
                 FieldTable::default(),
             )
@@ -387,7 +396,7 @@ pub async fn declare_observer(
 /// each a name, `*` (one word) or `#` (any number of words).
 pub fn is_valid_topic_pattern(pattern: &str) -> bool {
     !pattern.is_empty()
-        && pattern.len() <= 2 * MAX_NAME_LEN + 1
+        && pattern.len() <= MAX_SHORT_STRING
         && pattern
             .split('.')
             .all(|word| word == "*" || word == "#" || is_valid_name(word))
@@ -415,7 +424,7 @@ pub async fn declare_dead_letter_notices(
             .queue_bind(
                 DEAD_LETTER_NOTICES.into(),
                 DEAD_LETTER_EXCHANGE.into(),
-                dead_letter_queue(&group_queue(group)).as_str().into(),
+                short(&dead_letter_queue(&group_queue(group)))?,
                 QueueBindOptions::default(),
                 FieldTable::default(),
             )
@@ -443,13 +452,13 @@ async fn declare_work_queue(
     };
     declare_dead_letter_queue(channel, &dead_letter_queue(queue)).await?;
     channel
-        .queue_declare(queue.into(), durable, work_queue_arguments(queue))
+        .queue_declare(short(queue)?, durable, work_queue_arguments(queue))
         .await?;
     channel
         .queue_bind(
-            queue.into(),
+            short(queue)?,
             exchange.into(),
-            ShortString::from(routing_key),
+            short(routing_key)?,
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -461,7 +470,7 @@ async fn declare_work_queue(
 async fn declare_dead_letter_queue(channel: &Channel, dlq: &str) -> Result<(), lapin::Error> {
     channel
         .queue_declare(
-            dlq.into(),
+            short(dlq)?,
             QueueDeclareOptions {
                 durable: true,
                 ..QueueDeclareOptions::default()
@@ -471,9 +480,9 @@ async fn declare_dead_letter_queue(channel: &Channel, dlq: &str) -> Result<(), l
         .await?;
     channel
         .queue_bind(
-            dlq.into(),
+            short(dlq)?,
             DEAD_LETTER_EXCHANGE.into(),
-            dlq.into(),
+            short(dlq)?,
             QueueBindOptions::default(),
             FieldTable::default(),
         )
