@@ -166,12 +166,14 @@ impl JobRequest {
             overlap: parse_overlap(self.overlap.as_deref())?,
         };
         settings.validate()?;
-        Ok(JobSpec {
+        let spec = JobSpec {
             app,
             name: self.name,
             paused: self.paused.unwrap_or(false),
             settings,
-        })
+        };
+        spec.validate_topology()?;
+        Ok(spec)
     }
 }
 
@@ -729,7 +731,11 @@ mod tests {
             ),
             (
                 json!({"group": "g", "mode": "zone", "zones": ["no space"]}),
-                "target.zones",
+                "target.zones[0]",
+            ),
+            (
+                json!({"group": "x".repeat(128), "mode": "zone", "zones": ["dc1", "z".repeat(128)]}),
+                "target.zones[1]",
             ),
             (
                 json!({"group": "g", "mode": "zone", "zones": "dc1"}),
@@ -766,6 +772,39 @@ mod tests {
             "{}",
             unknown.message
         );
+    }
+
+    #[test]
+    fn names_joined_into_a_broker_name_share_its_255_bytes() {
+        let long = "x".repeat(128);
+        let job = |app: &str, name: &str| {
+            request(
+                json!({"app": app, "name": name, "schedule": {"every": "1m"},
+                "target": {"group": "g"}}),
+            )
+        };
+        // `<app>.<name>` is the routing key of observer copies: 257 bytes here.
+        let error = job(&long, &long).unwrap_err();
+        assert_eq!(
+            (error.code, error.field.as_deref()),
+            (ErrorCode::InvalidField, Some("name"))
+        );
+        assert!(error.message.contains("257 bytes"), "{}", error.message);
+        assert!(
+            job(&long, &"y".repeat(126)).is_ok(),
+            "254 bytes of names fit"
+        );
+        let zone = |group: &str, zone: &str| {
+            with_target(json!({"group": group, "mode": "zone", "zones": [zone]}))
+        };
+        let error = zone(&long, &long).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("target.zones[0]"));
+        assert!(error.message.contains("274 bytes"), "{}", error.message);
+        assert!(
+            zone(&long, &"z".repeat(109)).is_ok(),
+            "237 bytes of names fit"
+        );
+        assert!(zone(&long, &"z".repeat(110)).is_err());
     }
 
     #[test]

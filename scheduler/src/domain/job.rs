@@ -7,7 +7,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 pub use chime_consumer::protocol::DeliveryMode;
-use chime_consumer::protocol::{PROTOCOL_VERSION, TaskMessage, topology::is_valid_name};
+use chime_consumer::protocol::{
+    PROTOCOL_VERSION, TaskMessage,
+    topology::{self, NameError, NameField, is_valid_name},
+};
 
 use super::{
     duration::HumanDuration,
@@ -101,7 +104,7 @@ impl Target {
                 ));
             }
             for (i, zone) in zones.iter().enumerate() {
-                validate_name("target.zones", zone)?;
+                validate_name(&format!("target.zones[{i}]"), zone)?;
                 if zones[..i].contains(zone) {
                     return Err(FieldError::new(
                         "target.zones",
@@ -352,6 +355,46 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
             ),
         ))
     }
+}
+
+impl JobSpec {
+    /// Checks that every broker name the job's fires derive (its topic routing key
+    /// `<app>.<name>`, its group's queues, each listed zone's queue and routing key) fits
+    /// RabbitMQ's 255-byte limit, naming the API field to blame: `name` for the routing
+    /// key, `target.zones[i]` for a zone. Each name alone is checked first
+    /// ([`validate_name`]).
+    pub fn validate_topology(&self) -> Result<(), FieldError> {
+        let target = &self.settings.target;
+        topology::check_job_topology(
+            &self.app,
+            &self.name,
+            &target.group,
+            target.mode,
+            target.zones.as_deref(),
+        )
+        .map_err(|error| name_error(&error))
+    }
+}
+
+/// A topology name check's failure as the API reports it, naming the job field at fault.
+pub fn name_error(error: &NameError) -> FieldError {
+    let field = match error.field() {
+        NameField::App => "app".to_string(),
+        NameField::Job => "name".to_string(),
+        NameField::Group => "target.group".to_string(),
+        NameField::Zone(i) => format!("target.zones[{i}]"),
+        NameField::Instance => "instance".to_string(),
+        NameField::Observer => "observer".to_string(),
+        NameField::Pattern(i) => format!("patterns[{i}]"),
+    };
+    let message = match error {
+        NameError::TooLong { .. } => format!(
+            "{error}: names joined into one broker name share its {} bytes (see docs/api.md)",
+            topology::MAX_SHORT_STRING
+        ),
+        NameError::Invalid { .. } => error.to_string(),
+    };
+    FieldError::new(field, message)
 }
 
 /// Checks the payload fits in `limit` bytes of JSON.

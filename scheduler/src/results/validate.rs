@@ -38,22 +38,25 @@ pub(super) fn admit(reply: &mut Reply, now: DateTime<Utc>) -> bool {
     }
 }
 
-/// Whether a presence message names a group and zone that could route tasks.
+/// Whether a presence message names a group, instance and zone that could route tasks,
+/// with broker names (its zone queue, its broadcast queue if it takes broadcasts) that
+/// fit RabbitMQ's 255 bytes.
 fn valid_presence(presence: &PresenceMessage) -> bool {
-    topology::is_valid_name(&presence.group)
+    topology::check_group(&presence.group).is_ok()
         && topology::is_valid_instance(&presence.instance)
-        && presence.zone.as_deref().is_none_or(topology::is_valid_name)
+        && (!presence.broadcast
+            || topology::check_instance(&presence.group, &presence.instance).is_ok())
+        && presence
+            .zone
+            .as_deref()
+            .is_none_or(|zone| topology::check_zone(&presence.group, zone, 0).is_ok())
 }
 
 /// Whether an observer registration names a valid observer and 1 to
 /// [`MAX_OBSERVER_PATTERNS`] valid topic patterns.
 fn valid_observe(observe: &ObserveMessage) -> bool {
-    topology::is_valid_name(&observe.observer)
-        && (1..=MAX_OBSERVER_PATTERNS).contains(&observe.patterns.len())
-        && observe
-            .patterns
-            .iter()
-            .all(|p| topology::is_valid_topic_pattern(p))
+    (1..=MAX_OBSERVER_PATTERNS).contains(&observe.patterns.len())
+        && topology::check_observer(&observe.observer, &observe.patterns).is_ok()
 }
 
 /// Replaces NUL characters, which PostgreSQL cannot store in text or jsonb, so a
@@ -165,6 +168,10 @@ mod tests {
         assert!(valid_presence(&presence("web", None)));
         assert!(!valid_presence(&presence("web", Some("a.b"))));
         assert!(!valid_presence(&presence("we b", None)));
+        // Each name fits alone, but the zone queue would be 274 bytes.
+        let long = "x".repeat(128);
+        assert!(valid_presence(&presence(&long, Some("dc1"))));
+        assert!(!valid_presence(&presence(&long, Some(&long))));
     }
 
     #[test]
@@ -181,6 +188,11 @@ mod tests {
         assert!(!valid_observe(&observe("audit", vec![])));
         assert!(!valid_observe(&observe("audit", one("shop..x"))));
         assert!(!valid_observe(&observe("au dit", one("#"))));
+        let long = "x".repeat(128);
+        assert!(!valid_observe(&observe(
+            "audit",
+            one(&format!("{long}.{long}"))
+        )));
         let too_many = (0..=MAX_OBSERVER_PATTERNS)
             .map(|i| format!("a{i}.*"))
             .collect();
