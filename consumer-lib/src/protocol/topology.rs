@@ -156,10 +156,12 @@ pub fn dead_letter_queue(queue: &str) -> String {
     format!("{queue}.dlq")
 }
 
-/// Whether `queue` is one of Chime's dead-letter queues (`chime.….dlq`).
+/// Whether `queue` is one of Chime's dead-letter queues (`chime.….dlq`, at most
+/// [`MAX_SHORT_STRING`] bytes).
 pub fn is_dead_letter_queue(queue: &str) -> bool {
     queue.starts_with("chime.")
         && queue.len() > "chime..dlq".len()
+        && queue.len() <= MAX_SHORT_STRING
         && queue.ends_with(".dlq")
         && queue
             .bytes()
@@ -514,6 +516,9 @@ mod tests {
         assert!(!is_dead_letter_queue("chime.group.orders"));
         assert!(!is_dead_letter_queue("other.dlq"));
         assert!(!is_dead_letter_queue("chime.a b.dlq"));
+        let longest = format!("chime.{}.dlq", "x".repeat(MAX_SHORT_STRING - 10));
+        assert!(is_dead_letter_queue(&longest));
+        assert!(!is_dead_letter_queue(&format!("chime.x{}", &longest[6..])));
         assert_eq!(origin_queue("chime.replies.dlq"), Some("chime.replies"));
         assert_eq!(group_of_queue("chime.group.orders"), Some("orders"));
         assert_eq!(group_of_queue("chime.replies"), None);
