@@ -95,6 +95,9 @@ pub const FIRES_SKIPPED: &str = "chime_fires_skipped_total";
 pub const TOPIC_COPIES_LOST: &str = "chime_topic_copies_lost_total";
 /// Fenced tasks not published because this node no longer trusted their shard's lease.
 pub const DISPATCH_UNOWNED: &str = "chime_dispatch_unowned_total";
+/// Runs given up (`dead`) because their task can never be published, by `reason`
+/// (`name_too_long`, `invalid_name`, `destination_refused`).
+pub const RUNS_UNPUBLISHABLE: &str = "chime_runs_unpublishable_total";
 /// Lease renewal rounds, by `outcome` (`ok`, `error`).
 pub const LEASE_RENEWALS: &str = "chime_lease_renewals_total";
 /// Shard leases found taken over by another node at renewal.
@@ -281,6 +284,10 @@ fn describe() {
     describe_counter!(
         DISPATCH_UNOWNED,
         "Tasks not published because their shard was lost."
+    );
+    describe_counter!(
+        RUNS_UNPUBLISHABLE,
+        "Runs given up because their task can never be published, by reason."
     );
     describe_counter!(LEASE_RENEWALS, "Lease renewal rounds, by outcome.");
     describe_counter!(LEASE_LOSSES, "Shard leases lost to another node.");

@@ -24,6 +24,22 @@ pub async fn connect(url: &str, component: &str) -> Result<Connection, lapin::Er
     Connection::connect(url, properties).await
 }
 
+/// Whether an operation failed because the broker refuses it (a declaration whose
+/// arguments differ from the existing queue's, no permission) or a name cannot be sent
+/// (over 255 bytes), rather than because the connection failed: trying again will not
+/// help.
+pub fn is_refusal(error: &lapin::Error) -> bool {
+    use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => matches!(
+            amqp.kind(),
+            AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED | AMQPSoftError::ACCESSREFUSED)
+        ),
+        lapin::ErrorKind::IOError(io) => io.kind() == std::io::ErrorKind::InvalidInput,
+        _ => false,
+    }
+}
+
 /// Connects, retrying with backoff until it succeeds or `cancel` fires (then None).
 pub async fn connect_with_backoff(
     url: &str,
@@ -123,5 +139,35 @@ impl GroupDeclarer {
         slot.open = None;
         slot.failed_at = Some(std::time::Instant::now());
         Err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::protocol::{AMQPError, AMQPErrorKind, AMQPHardError, AMQPSoftError};
+
+    fn protocol(kind: AMQPErrorKind) -> lapin::Error {
+        lapin::ErrorKind::ProtocolError(AMQPError::new(kind, "refused".into())).into()
+    }
+
+    #[test]
+    fn refusals_are_told_from_failures() {
+        assert!(is_refusal(&protocol(AMQPErrorKind::Soft(
+            AMQPSoftError::PRECONDITIONFAILED
+        ))));
+        assert!(is_refusal(&protocol(AMQPErrorKind::Soft(
+            AMQPSoftError::ACCESSREFUSED
+        ))));
+        assert!(!is_refusal(&protocol(AMQPErrorKind::Soft(
+            AMQPSoftError::NOTFOUND
+        ))));
+        assert!(!is_refusal(&protocol(AMQPErrorKind::Hard(
+            AMQPHardError::CONNECTIONFORCED
+        ))));
+        let too_long = std::io::Error::new(std::io::ErrorKind::InvalidInput, "too long");
+        assert!(is_refusal(&too_long.into()));
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(!is_refusal(&reset.into()));
     }
 }

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::{TaskMessage, topology};
 
-use super::{CONFIRM_TIMEOUT, Dispatcher, MAX_BATCH, Outgoing};
-use crate::telemetry;
+use super::{CONFIRM_TIMEOUT, Dispatcher, MAX_BATCH, Outgoing, marker::Unpublishable};
+use crate::{broker, telemetry};
 
 /// A fresh fire that waited in memory longer than this (a long broker outage) is checked
 /// against the store before it is published, whatever else was heard meanwhile. The
@@ -25,6 +25,10 @@ use crate::telemetry;
 /// after one second, most of a 100 000-job herd was read back in parts of 100 on the
 /// publishing path, and that alone held the herd to about 74 % of the broker's ceiling.
 const RECHECK_AFTER: Duration = Duration::from_secs(30);
+
+/// How long a destination the broker refused to declare is not asked again: its tasks
+/// are given up at once meanwhile.
+const REFUSAL_MEMORY: Duration = Duration::from_secs(30);
 
 /// Why a batch stopped early, and which of its tasks go back to the queue.
 pub(super) struct Broken {
@@ -57,6 +61,7 @@ impl Dispatcher {
         let batch = self.park_changing(batch);
         let batch = self.drop_unowned(batch);
         let batch = self.withdraw_stale(batch).await;
+        let batch = self.refuse_unpublishable(batch);
         if batch.is_empty() {
             return Ok(None);
         }
@@ -117,6 +122,42 @@ impl Dispatcher {
             metrics::counter!(telemetry::DISPATCH_WITHDRAWN).increment(stale.len() as u64);
         }
         keep
+    }
+
+    /// Gives up tasks that can never be published (a derived broker name over 255
+    /// bytes, or an invalid one: a job written into the store around the API's checks),
+    /// so one bad run never breaks the channel, or the process, for the others.
+    fn refuse_unpublishable(&mut self, batch: Vec<Outgoing>) -> Vec<Outgoing> {
+        let now = std::time::Instant::now();
+        self.refused
+            .retain(|_, (at, _)| now.duration_since(*at) < REFUSAL_MEMORY);
+        let mut publishable = Vec::with_capacity(batch.len());
+        for outgoing in batch {
+            if let Err(error) = topology::check_task(&outgoing.task) {
+                let reason = format!("cannot publish: {error}");
+                self.give_up(&outgoing.task, error.reason(), reason);
+            } else if let Some((_, reason)) = self.refused.get(&destination(&outgoing.task)) {
+                let reason = reason.clone();
+                self.give_up(&outgoing.task, "destination_refused", reason);
+            } else {
+                publishable.push(outgoing);
+            }
+        }
+        publishable
+    }
+
+    /// Gives up `task`'s run: it can never be published, for `reason` (`label` in the
+    /// metric).
+    fn give_up(&mut self, task: &TaskMessage, label: &'static str, reason: String) {
+        warn!(run_id = %task.task_id, job_id = %task.job_id, group = %task.group, %reason,
+            "giving up a run whose task cannot be published");
+        metrics::counter!(telemetry::RUNS_UNPUBLISHABLE, "reason" => label).increment(1);
+        self.queued.remove(&task.task_id);
+        self.marker().unpublishable(Unpublishable {
+            run: task.task_id,
+            attempt: task.attempt,
+            reason,
+        });
     }
 
     async fn publish(
@@ -315,12 +356,25 @@ impl Dispatcher {
             return Ok(batch);
         };
         let reason = format!("cannot declare the destination {key:?}: {e}");
-        error!(destination = %key, error = %e, "cannot declare a task destination; its tasks wait");
         let (refused, retry): (Vec<_>, Vec<_>) =
             batch.into_iter().partition(|o| destination(&o.task) == key);
-        for outgoing in refused {
-            self.queued.remove(&outgoing.task.task_id);
-            self.marker().failed(outgoing.task.task_id, reason.clone());
+        if broker::is_refusal(&e) {
+            // The broker refuses this destination itself (a queue of that name with other
+            // arguments, no permission): publishing its tasks again would only break the
+            // channel again, for every other task too. For a while its next tasks are
+            // given up without asking again.
+            warn!(destination = %key, error = %e, "the broker refuses a task destination; giving up its tasks");
+            self.refused
+                .insert(key.clone(), (std::time::Instant::now(), reason.clone()));
+            for outgoing in refused {
+                self.give_up(&outgoing.task, "destination_refused", reason.clone());
+            }
+        } else {
+            error!(destination = %key, error = %e, "cannot declare a task destination; its tasks wait");
+            for outgoing in refused {
+                self.queued.remove(&outgoing.task.task_id);
+                self.marker().failed(outgoing.task.task_id, reason.clone());
+            }
         }
         Err(Broken { reason, retry })
     }
@@ -330,6 +384,19 @@ impl Dispatcher {
 /// broadcast route.
 fn destination(task: &TaskMessage) -> String {
     topology::task_queue(task).unwrap_or_else(|| format!("broadcast:{}", task.group))
+}
+
+/// The routing key of `task`'s observer copy, if it fits; a copy that cannot be sent is
+/// counted as lost and the task goes out without it.
+fn copy_key(task: &TaskMessage) -> Option<String> {
+    match topology::check_topic_key(&task.app, &task.job) {
+        Ok(()) => Some(topology::topic_routing_key(&task.app, &task.job)),
+        Err(error) => {
+            warn!(run_id = %task.task_id, %error, "not sending an observer copy whose routing key cannot be used");
+            metrics::counter!(telemetry::TOPIC_COPIES_LOST).increment(1);
+            None
+        }
+    }
 }
 
 /// One task as it goes on the wire: its body, properties and route, and whether an
@@ -357,7 +424,7 @@ impl TaskPublish {
             exchange,
             routing_key,
             mandatory: topology::task_is_mandatory(task),
-            copy_key: copied.then(|| topology::topic_routing_key(&task.app, &task.job)),
+            copy_key: copied.then(|| copy_key(task)).flatten(),
         }
     }
 

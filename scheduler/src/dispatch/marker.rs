@@ -29,7 +29,14 @@ use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tracing::error;
 use uuid::Uuid;
 
-use crate::{config::MIN_REPUBLISH_AFTER, store::Store, telemetry};
+use chime_consumer::protocol::AttemptRecord;
+
+use crate::{
+    config::MIN_REPUBLISH_AFTER,
+    domain::RunState,
+    store::{Expect, Store},
+    telemetry,
+};
 
 /// How long a confirm waits before its run is marked `dispatched`: long enough for a
 /// quick task's ack to be recorded first, even in a herd, and well below the smallest
@@ -49,8 +56,21 @@ const _: () = assert!(
 pub(super) enum Mark {
     /// The broker confirmed these runs' tasks at this time.
     Dispatched(Vec<Uuid>, DateTime<Utc>),
-    /// The run's task was not accepted (unroutable, nacked, destination refused).
+    /// The run's task was not accepted (unroutable, nacked).
     Failed(Uuid, String),
+    /// The run's task can never be published (see [`Unpublishable`]): the run is given up.
+    Unpublishable(Unpublishable),
+}
+
+/// A run whose task can never be published: a derived broker name is too long or
+/// invalid, or the broker refuses to declare its destination.
+#[derive(Debug)]
+pub(super) struct Unpublishable {
+    pub(super) run: Uuid,
+    /// The attempt that could not be published; the run is given up only if still there.
+    pub(super) attempt: u32,
+    /// Why, for the run's error and history.
+    pub(super) reason: String,
 }
 
 /// Runs whose tasks the broker confirmed and whose `dispatched` mark is not written yet.
@@ -131,6 +151,10 @@ impl Marker {
     pub(super) fn failed(&self, run: Uuid, reason: impl Into<String>) {
         let _ = self.tx.send(Mark::Failed(run, reason.into()));
     }
+
+    pub(super) fn unpublishable(&self, unpublishable: Unpublishable) {
+        let _ = self.tx.send(Mark::Unpublishable(unpublishable));
+    }
 }
 
 /// Confirms waiting out their delay, oldest first.
@@ -207,9 +231,11 @@ async fn write(
     let mut waiting = Waiting::default();
     loop {
         let mut failed = Vec::new();
+        let mut given_up = Vec::new();
         let mut take = |mark, waiting: &mut Waiting| match mark {
             Mark::Dispatched(runs, at) => waiting.push(Instant::now(), runs, at),
             Mark::Failed(run, reason) => failed.push((run, reason)),
+            Mark::Unpublishable(run) => given_up.push(run),
         };
         let wake = match waiting.next_due() {
             Some(due) => tokio::select! {
@@ -253,9 +279,36 @@ async fn write(
                     .increment(1);
             }
         }
+        for run in given_up {
+            give_up(store.as_ref(), run).await;
+        }
         if !open && waiting.is_empty() {
             return;
         }
+    }
+}
+
+/// Gives up a run whose task can never be published: `dead` with the reason, its
+/// dead letter pending (the reconciler publishes it to the group's dead-letter queue).
+async fn give_up(store: &dyn Store, run: Unpublishable) {
+    let now = Utc::now();
+    let record = AttemptRecord {
+        attempt: run.attempt,
+        event: "unpublishable".into(),
+        at: now,
+        consumer: None,
+        error: Some(run.reason.clone()),
+        retry_at: None,
+    };
+    let expect = Expect::exactly(RunState::Scheduled, run.attempt);
+    if let Err(error) = store
+        .kill_run(run.run, expect, &run.reason, Some(&record), false, now)
+        .await
+    {
+        // The run stays `scheduled`: the reconciler hands it over again, and it is
+        // refused again, without publishing anything.
+        error!(%error, run_id = %run.run, "could not give up an unpublishable run");
+        metrics::counter!(telemetry::STORE_ERRORS, "operation" => "kill_run").increment(1);
     }
 }
 

@@ -197,6 +197,9 @@ pub struct Dispatcher {
     in_flight: usize,
     /// Groups declared on the current connection.
     declared: HashSet<String>,
+    /// Destinations the broker refused to declare, when, and why (see
+    /// `batch::REFUSAL_MEMORY`).
+    refused: std::collections::HashMap<String, (std::time::Instant, String)>,
     /// Writes publish outcomes to the store (set while running).
     marker: Option<Marker>,
     /// Runs confirmed and not yet marked, shared with the handles.
@@ -239,6 +242,7 @@ impl Dispatcher {
             queued: HashSet::new(),
             in_flight: 0,
             declared: HashSet::new(),
+            refused: Default::default(),
             marker: None,
             unmarked,
         };

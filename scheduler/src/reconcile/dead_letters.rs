@@ -46,14 +46,30 @@ pub(super) async fn publish(
     dead: Vec<OverdueRun>,
 ) -> Result<usize, StoreError> {
     let mut declared = HashSet::new();
+    let mut refused = HashSet::new();
     let mut published = 0;
     for item in dead {
         let letter = dead_letter(&item, node);
         let group = letter.task.group.clone();
+        if let Err(error) = topology::check_group(&group) {
+            // No dead-letter queue can exist for it (a job written around the API's
+            // checks): the run's error holds the reason; the other dead letters go on.
+            warn!(%error, run_id = %item.run.id, "no dead-letter queue for this group; the dead letter is dropped");
+            store.mark_dead_lettered(item.run.id).await?;
+            continue;
+        }
+        if refused.contains(&group) {
+            continue;
+        }
         if declared.insert(group.clone())
             && let Err(error) = publisher.declare_group(&group).await
         {
             warn!(%error, %group, "cannot declare the dead-letter queue; dead letters wait");
+            if crate::broker::is_refusal(&error) {
+                // This group's queues are refused; the other groups' dead letters go on.
+                refused.insert(group);
+                continue;
+            }
             return Ok(published);
         }
         let queue = topology::dead_letter_queue(&topology::group_queue(&group));

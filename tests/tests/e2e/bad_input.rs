@@ -163,7 +163,7 @@ async fn every_bad_request_is_a_clear_4xx_and_changes_nothing() {
             job(json!({"target": {"group": "g", "mode": "zone", "zones": ["dc 1"]}})),
             bad,
             "invalid_field",
-            Some("target.zones"),
+            Some("target.zones[0]"),
         ),
         (
             job(json!({"target": {"group": "g", "mode": "broadcast", "zones": ["dc1"]}})),
