@@ -11,6 +11,7 @@ mod delivery;
 mod demo;
 mod dlq_cli;
 mod duplicates;
+mod long_names;
 mod outage;
 mod quiet_log;
 mod restart;
