@@ -8,6 +8,7 @@
 
 mod failover;
 mod membership;
+mod poisoned;
 mod policies;
 
 use std::time::Duration;
