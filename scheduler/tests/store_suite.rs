@@ -1626,6 +1626,46 @@ async fn deadlines_follow_acks_and_heartbeats(store: &dyn Store) {
     );
 }
 
+/// What the dispatcher does with a run whose task can never be published: gives it up
+/// only while it is still `scheduled` at the attempt that failed, with the reason and an
+/// `unpublishable` history entry, and its dead letter pending.
+async fn an_unpublishable_run_is_given_up_at_its_attempt(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = Job::new(spec("poisoned", json!({"every": "1h"})), now);
+    store.insert_job(&job).await.unwrap();
+    let run = job
+        .new_runs(now, RunTrigger::Manual, now, &LiveZones::default())
+        .remove(0);
+    store.insert_run(&run).await.unwrap();
+    let reason = "cannot publish: zone[0] makes the zone queue name 274 bytes long";
+    let record = AttemptRecord {
+        attempt: 1,
+        event: "unpublishable".into(),
+        at: now,
+        consumer: None,
+        error: Some(reason.into()),
+        retry_at: None,
+    };
+    let give_up = |attempt| {
+        store.kill_run(
+            run.id,
+            Expect::exactly(RunState::Scheduled, attempt),
+            reason,
+            Some(&record),
+            false,
+            now,
+        )
+    };
+    assert!(!give_up(2).await.unwrap(), "another attempt is left alone");
+    assert!(give_up(1).await.unwrap());
+    let dead = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(dead.state, RunState::Dead);
+    assert_eq!(dead.error.as_deref(), Some(reason));
+    assert_eq!(dead.history.last(), Some(&record));
+    assert_eq!(dead.due_at, Some(now), "its dead letter is pending");
+    assert!(!give_up(1).await.unwrap(), "dead is final");
+}
+
 async fn replay_revives_only_dead_runs(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let job = Job::new(spec("replayed", json!({"every": "1h"})), now);
@@ -2215,6 +2255,7 @@ store_suite!(
         retryable_failures_retry_after_backoff_then_die,
         deadlines_follow_acks_and_heartbeats,
         replay_revives_only_dead_runs,
+        an_unpublishable_run_is_given_up_at_its_attempt,
         overlap_forbid_skips_fires_while_a_run_is_unfinished,
         a_job_changed_to_forbid_waits_for_runs_recorded_before,
         queries_filter_by_shard,
