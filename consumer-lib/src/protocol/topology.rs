@@ -32,10 +32,9 @@
 
 mod limits;
 
-use limits::short;
 pub use limits::{
     MAX_SHORT_STRING, NameError, NameField, check_group, check_instance, check_job_topology,
-    check_observer, check_task, check_topic_key, check_zone,
+    check_observer, check_task, check_topic_key, check_zone, short_string,
 };
 
 use super::{DeliveryMode, TaskMessage};
@@ -311,7 +310,7 @@ pub async fn declare_zone(channel: &Channel, group: &str, zone: &str) -> Result<
     let queue = zone_queue(group, zone);
     channel
         .queue_declare(
-            short(&queue)?,
+            short_string(&queue)?,
             QueueDeclareOptions {
                 durable: true,
                 ..QueueDeclareOptions::default()
@@ -321,9 +320,9 @@ pub async fn declare_zone(channel: &Channel, group: &str, zone: &str) -> Result<
         .await?;
     channel
         .queue_bind(
-            short(&queue)?,
+            short_string(&queue)?,
             TASK_EXCHANGE.into(),
-            short(&zone_routing_key(group, zone))?,
+            short_string(&zone_routing_key(group, zone))?,
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -344,7 +343,7 @@ pub async fn declare_instance_queue(
     let queue = instance_queue(group, instance);
     channel
         .queue_declare(
-            short(&queue)?,
+            short_string(&queue)?,
             QueueDeclareOptions {
                 exclusive: true,
                 auto_delete: true,
@@ -355,9 +354,9 @@ pub async fn declare_instance_queue(
         .await?;
     channel
         .queue_bind(
-            short(&queue)?,
+            short_string(&queue)?,
             BROADCAST_EXCHANGE.into(),
-            short(group)?,
+            short_string(group)?,
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -383,9 +382,9 @@ pub async fn declare_observer(
     for pattern in patterns {
         channel
             .queue_bind(
-                short(&queue)?,
+                short_string(&queue)?,
                 TOPIC_EXCHANGE.into(),
-                short(pattern)?,
+                short_string(pattern)?,
                 QueueBindOptions::default(),
                 FieldTable::default(),
             )
@@ -426,7 +425,7 @@ pub async fn declare_dead_letter_notices(
             .queue_bind(
                 DEAD_LETTER_NOTICES.into(),
                 DEAD_LETTER_EXCHANGE.into(),
-                short(&dead_letter_queue(&group_queue(group)))?,
+                short_string(&dead_letter_queue(&group_queue(group)))?,
                 QueueBindOptions::default(),
                 FieldTable::default(),
             )
@@ -454,13 +453,13 @@ async fn declare_work_queue(
     };
     declare_dead_letter_queue(channel, &dead_letter_queue(queue)).await?;
     channel
-        .queue_declare(short(queue)?, durable, work_queue_arguments(queue))
+        .queue_declare(short_string(queue)?, durable, work_queue_arguments(queue))
         .await?;
     channel
         .queue_bind(
-            short(queue)?,
+            short_string(queue)?,
             exchange.into(),
-            short(routing_key)?,
+            short_string(routing_key)?,
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -472,7 +471,7 @@ async fn declare_work_queue(
 async fn declare_dead_letter_queue(channel: &Channel, dlq: &str) -> Result<(), lapin::Error> {
     channel
         .queue_declare(
-            short(dlq)?,
+            short_string(dlq)?,
             QueueDeclareOptions {
                 durable: true,
                 ..QueueDeclareOptions::default()
@@ -482,9 +481,9 @@ async fn declare_dead_letter_queue(channel: &Channel, dlq: &str) -> Result<(), l
         .await?;
     channel
         .queue_bind(
-            short(dlq)?,
+            short_string(dlq)?,
             DEAD_LETTER_EXCHANGE.into(),
-            short(dlq)?,
+            short_string(dlq)?,
             QueueBindOptions::default(),
             FieldTable::default(),
         )

@@ -98,12 +98,14 @@ impl ConfirmedPublisher {
         body: &[u8],
         properties: BasicProperties,
     ) -> Result<(), PublishError> {
+        let exchange_name = topology::short_string(exchange)?;
+        let routing_key_name = topology::short_string(routing_key)?;
         let channel = self.channel().await?;
         let properties = properties.with_delivery_mode(2);
         let confirm = channel
             .basic_publish(
-                exchange.into(),
-                routing_key.into(),
+                exchange_name,
+                routing_key_name,
                 BasicPublishOptions {
                     mandatory: true,
                     ..BasicPublishOptions::default()

@@ -239,8 +239,10 @@ pub fn check_task(task: &TaskMessage) -> Result<(), NameError> {
     Ok(())
 }
 
-/// `name` as a short string, or an error instead of lapin's panic when it is too long.
-pub(super) fn short(name: &str) -> Result<ShortString, lapin::Error> {
+/// `name` as a short string (a queue or exchange name, a routing or binding key), or an
+/// error instead of lapin's panic when it is over [`MAX_SHORT_STRING`] bytes. The error
+/// is an I/O error of kind `InvalidInput`.
+pub fn short_string(name: &str) -> Result<ShortString, lapin::Error> {
     ShortString::try_new(name).map_err(|error| {
         lapin::Error::from(std::io::Error::new(std::io::ErrorKind::InvalidInput, error))
     })
@@ -297,8 +299,8 @@ mod tests {
 
     #[test]
     fn short_strings_over_the_limit_are_errors_not_panics() {
-        assert!(short(&name(MAX_SHORT_STRING)).is_ok());
-        assert!(short(&name(MAX_SHORT_STRING + 1)).is_err());
+        assert!(short_string(&name(MAX_SHORT_STRING)).is_ok());
+        assert!(short_string(&name(MAX_SHORT_STRING + 1)).is_err());
     }
 
     fn any_mode() -> impl Strategy<Value = DeliveryMode> {
