@@ -8,11 +8,8 @@ use crate::{
     error::ConsumerError,
     handler::Handler,
     idempotency::{IdempotencyStore, MemoryStore},
-    protocol::topology::{instance_queue, is_valid_instance, is_valid_name, zone_queue},
+    protocol::topology::{check_instance, check_zone, is_valid_instance, is_valid_name},
 };
-
-/// Longest queue name RabbitMQ accepts (an AMQP short string).
-const MAX_QUEUE_NAME_LEN: usize = 255;
 
 /// Environment variable with the default instance id.
 const INSTANCE_ENV: &str = "CHIME_INSTANCE";
@@ -218,23 +215,22 @@ impl ConsumerBuilder {
                 name: zone.clone(),
             });
         }
-        let queues = [
+        // Every broker name it derives fits RabbitMQ's 255 bytes (the checks the
+        // scheduler applies to presence messages).
+        let checked = [
             zone.as_ref()
-                .map(|zone| ("zone", zone_queue(&self.group, zone))),
+                .map(|zone| ("zone", check_zone(&self.group, zone, 0))),
             self.broadcast
-                .then(|| ("broadcast", instance_queue(&self.group, &instance))),
+                .then(|| ("broadcast", check_instance(&self.group, &instance))),
         ];
-        if let Some((option, queue)) = queues
+        if let Some((option, Err(error))) = checked
             .into_iter()
             .flatten()
-            .find(|(_, queue)| queue.len() > MAX_QUEUE_NAME_LEN)
+            .find(|(_, checked)| checked.is_err())
         {
             return Err(ConsumerError::InvalidOption {
                 option,
-                reason: format!(
-                    "queue name {queue:?} is longer than {MAX_QUEUE_NAME_LEN} bytes; \
-                     use a shorter group, zone or instance id"
-                ),
+                reason: format!("{error}; use a shorter group, zone or instance id"),
             });
         }
         Ok(Consumer {
