@@ -32,7 +32,10 @@ pub(super) async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     let bytes = read_body(body, state.body_limit()).await?;
     let request: JobRequest = parse_json(&bytes)?;
-    let job = Job::new(request.into_spec(state.inner.payload_limit)?, Utc::now());
+    let now = Utc::now();
+    let spec = request.into_spec(state.inner.payload_limit)?;
+    spec.settings.schedule.check_fires(now)?;
+    let job = Job::new(spec, now);
     state.store().insert_job(&job).await?;
     state.inner.timer.job_changed(job.id);
     state.declare_target(&job).await;
@@ -126,6 +129,9 @@ pub(super) async fn patch(
         merged.extend(changes.clone());
         let request: JobRequest = from_value(Value::Object(merged))?;
         let spec = request.into_spec(state.inner.payload_limit)?;
+        if spec.settings.schedule != current.spec.settings.schedule {
+            spec.settings.schedule.check_fires(Utc::now())?;
+        }
         let target_changed = spec.settings.target != current.spec.settings.target;
         match change(&state, &current, expected.unwrap_or(current.version), spec).await {
             Ok(stored) => {
