@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::{
     AppState,
-    body::{from_value, parse_json, read_body},
+    body::{from_value, parse_json, read_body, read_no_arguments},
     dto::{JobRequest, JobResponse, ListQuery, ListResponse, RunResponse},
     error::{ApiError, ErrorCode},
 };
@@ -167,14 +167,18 @@ pub(super) async fn delete(
 pub(super) async fn pause(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    body: Body,
 ) -> Result<Json<JobResponse>, ApiError> {
+    read_no_arguments(body, state.body_limit()).await?;
     set_paused(&state, &id, true).await
 }
 
 pub(super) async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    body: Body,
 ) -> Result<Json<JobResponse>, ApiError> {
+    read_no_arguments(body, state.body_limit()).await?;
     set_paused(&state, &id, false).await
 }
 
@@ -184,7 +188,9 @@ pub(super) async fn resume(
 pub(super) async fn trigger(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
+    read_no_arguments(body, state.body_limit()).await?;
     let job = load(&state, &id).await?;
     let now = Utc::now();
     let live = if needs_live_zones(&job) {
