@@ -122,6 +122,8 @@ pub const OBSERVERS_PRUNED: &str = "chime_observers_pruned_total";
 pub const OBSERVED_PATTERNS: &str = "chime_observed_patterns";
 /// Observer copies published to `chime.topics`.
 pub const TOPIC_COPIES: &str = "chime_topic_copies_total";
+/// HTTP handlers that panicked (each answered 500 `internal`).
+pub const HTTP_PANICS: &str = "chime_http_panics_total";
 
 pub use existence_checks::ExistenceCheckFilter;
 
@@ -314,4 +316,8 @@ fn describe() {
         "Observer patterns this node publishes copies for (-1: copies for every task)."
     );
     describe_counter!(TOPIC_COPIES, "Observer copies published to chime.topics.");
+    describe_counter!(
+        HTTP_PANICS,
+        "HTTP handlers that panicked; each was answered 500 internal."
+    );
 }

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod dlq;
 pub mod dto;
 pub mod error;
+mod guard;
 mod health;
 mod jobs;
 mod runs;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use axum::{
     Router,
     extract::DefaultBodyLimit,
+    middleware,
     routing::{get, post},
 };
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -135,5 +137,8 @@ pub fn router(state: AppState) -> Router {
         })
         // Bodies are read with the state's own limit, which answers in JSON.
         .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn(guard::json_errors))
+        .layer(middleware::from_fn(guard::check_request))
+        .layer(middleware::from_fn(guard::catch_panics))
         .with_state(state)
 }
