@@ -4,6 +4,7 @@
 //! confirm what was already recorded, hand the shards back, then close.
 
 pub mod args;
+pub mod http;
 
 use std::{future::Future, sync::Arc};
 
@@ -201,12 +202,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let http = supervise(
         "http server",
         async move {
-            if let Err(error) = axum::serve(listener, api::router(state))
-                .with_graceful_shutdown(async move { http_stop.cancelled().await })
-                .await
-            {
-                warn!(%error, "http server stopped with an error");
-            }
+            http::serve(listener, api::router(state), config.http, http_stop).await;
         },
         &intake,
         &fatal,

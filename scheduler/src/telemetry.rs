@@ -124,6 +124,10 @@ pub const OBSERVED_PATTERNS: &str = "chime_observed_patterns";
 pub const TOPIC_COPIES: &str = "chime_topic_copies_total";
 /// HTTP handlers that panicked (each answered 500 `internal`).
 pub const HTTP_PANICS: &str = "chime_http_panics_total";
+/// HTTP connections closed by the server's timeouts, by `reason` (`header_timeout`).
+pub const HTTP_CONNECTIONS_CLOSED: &str = "chime_http_connections_closed_total";
+/// Open HTTP API connections.
+pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
 
 pub use existence_checks::ExistenceCheckFilter;
 
@@ -320,4 +324,9 @@ fn describe() {
         HTTP_PANICS,
         "HTTP handlers that panicked; each was answered 500 internal."
     );
+    describe_counter!(
+        HTTP_CONNECTIONS_CLOSED,
+        "HTTP connections the server closed itself, by reason."
+    );
+    describe_gauge!(HTTP_CONNECTIONS, "Open HTTP API connections.");
 }

@@ -11,6 +11,7 @@ mod delivery;
 mod demo;
 mod dlq_cli;
 mod duplicates;
+mod http_edges;
 mod outage;
 mod quiet_log;
 mod restart;
