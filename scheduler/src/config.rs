@@ -385,12 +385,7 @@ impl Layers {
                 .with(|v| v.parse::<SocketAddr>().map_err(|e| e.to_string()))?,
             http: HttpSettings {
                 header_timeout: parse("http_header_timeout").duration()?,
-                max_connections: parse("http_max_connections").with(|v| {
-                    v.parse::<usize>()
-                        .ok()
-                        .filter(|n| (1..=65_536).contains(n))
-                        .ok_or_else(|| "use a whole number from 1 to 65536".to_string())
-                })?,
+                max_connections: parse("http_max_connections").count(65_536)?,
             },
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
@@ -505,6 +500,16 @@ impl Parsed<'_> {
 
     fn duration(&self) -> Result<Duration, ConfigError> {
         self.with(|v| HumanDuration::parse(v).map(HumanDuration::get))
+    }
+
+    /// A whole number from 1 to `max`.
+    fn count(&self, max: usize) -> Result<usize, ConfigError> {
+        self.with(|v| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| format!("use a whole number from 1 to {max}"))
+        })
     }
 
     fn check(&self, ok: bool, reason: &str) -> Result<(), ConfigError> {
