@@ -4,6 +4,8 @@
 
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
 
+pub mod urls;
+
 use crate::{
     cluster::ClusterSettings, daemon::http::HttpSettings, dispatch::ObserverCopies,
     domain::duration::HumanDuration,
@@ -379,8 +381,10 @@ impl Layers {
             Parsed { key, value, source }
         };
         let config = Config {
-            database_url: parse("database_url").text(),
-            amqp_url: parse("amqp_url").text(),
+            database_url: parse("database_url")
+                .with(|v| urls::check_database_url(v).map(|()| v.to_string()))?,
+            amqp_url: parse("amqp_url")
+                .with(|v| urls::check_amqp_url(v).map(|()| v.to_string()))?,
             http_addr: parse("http_addr")
                 .with(|v| v.parse::<SocketAddr>().map_err(|e| e.to_string()))?,
             http: HttpSettings {
@@ -521,9 +525,15 @@ impl Parsed<'_> {
     }
 
     fn invalid(&self, reason: String) -> ConfigError {
+        // A URL's password never reaches an error.
+        let value = if self.key.ends_with("_url") {
+            chime_consumer::url::redact(self.value)
+        } else {
+            self.value.to_string()
+        };
         ConfigError::Invalid {
             key: self.key,
-            value: self.value.to_string(),
+            value,
             origin: self.source.clone(),
             reason,
         }
@@ -744,6 +754,27 @@ mod tests {
                 max_connections: 8
             }
         );
+    }
+
+    #[test]
+    fn bad_urls_never_show_their_password() {
+        for (key, url) in [
+            ("database_url", "mysql://u:hunter22@h/db"),
+            (
+                "database_url",
+                "postgres://u@h/db?password=hunter22&sslmode=require",
+            ),
+            ("amqp_url", "amqps://u:hunter22@h/%2f"),
+            ("amqp_url", "amqp://u:hunter22@h:port/%2f"),
+        ] {
+            let err = Layers::new()
+                .flag(key, Some(url))
+                .build()
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(&format!("invalid {key} ")), "{err}");
+            assert!(!err.contains("hunter22"), "{err}");
+        }
     }
 
     #[test]

@@ -16,4 +16,5 @@ mod outage;
 mod quiet_log;
 mod restart;
 mod routing;
+mod secrets;
 mod support;
