@@ -7,6 +7,7 @@
 use std::panic::AssertUnwindSafe;
 
 use axum::{
+    body::Body,
     extract::Request,
     http::{HeaderMap, Method, header},
     middleware::Next,
@@ -16,6 +17,9 @@ use futures_util::FutureExt;
 use tracing::error;
 
 use super::error::{ApiError, ErrorCode};
+
+/// The longest RabbitMQ queue name (an AMQP short string).
+const MAX_QUEUE_NAME_LEN: usize = 255;
 use crate::telemetry;
 
 /// Runs the rest of the stack, turning a panic into a JSON 500 and a metric.
@@ -39,11 +43,25 @@ pub async fn catch_panics(request: Request, next: Next) -> Response {
 /// Refuses requests no handler should see: a path that is not UTF-8 once
 /// percent-decoded, and a body whose `Content-Type` is present but not JSON.
 pub async fn check_request(request: Request, next: Next) -> Response {
-    if percent_decode(request.uri().path()).is_none() {
+    let Some(path) = percent_decode(request.uri().path()) else {
         return ApiError::field(
             ErrorCode::InvalidField,
             "path",
             "the request path is not valid UTF-8 once percent-decoded",
+        )
+        .into_response();
+    };
+    if let Some(queue) = path
+        .strip_prefix("/v1/dlq/")
+        .and_then(|rest| rest.split('/').next())
+        && queue.len() > MAX_QUEUE_NAME_LEN
+    {
+        // RabbitMQ names are AMQP short strings: a longer one is no queue of Chime's,
+        // and the client library cannot even encode it.
+        return ApiError::field(
+            ErrorCode::InvalidField,
+            "queue",
+            format!("{} bytes is not a dead-letter queue name: queue names are at most {MAX_QUEUE_NAME_LEN} bytes", queue.len()),
         )
         .into_response();
     }
@@ -53,6 +71,27 @@ pub async fn check_request(request: Request, next: Next) -> Response {
         return error.into_response();
     }
     next.run(request).await
+}
+
+/// Reads the whole request body (at most `limit` bytes) before any handler runs, so
+/// that every answer leaves the connection ready for the client's next request: a body
+/// a handler does not read (a `GET` with a body, an error answered before the body was
+/// looked at) would otherwise make hyper close the connection after the answer, without
+/// saying so, and the client's next request on it would fail. Over the limit answers
+/// 413 `payload_too_large` (and closes the connection).
+pub async fn read_whole_body(limit: usize, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(_) => ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("request body is over the limit of {limit} bytes"),
+        )
+        .into_response(),
+    }
 }
 
 /// Gives an error response without a JSON body (a framework rejection, such as a path
@@ -141,7 +180,7 @@ fn percent_decode(path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::{Router, body::Body, http::StatusCode, middleware::from_fn, routing::get};
+    use axum::{Router, http::StatusCode, middleware::from_fn, routing::get};
     use tower::ServiceExt;
 
     async fn call(router: Router, request: Request) -> (StatusCode, serde_json::Value) {

@@ -109,6 +109,7 @@ impl AppState {
 
 /// The API router.
 pub fn router(state: AppState) -> Router {
+    let body_limit = state.body_limit();
     Router::new()
         .route("/v1/jobs", post(jobs::create).get(jobs::list))
         .route(
@@ -137,8 +138,13 @@ pub fn router(state: AppState) -> Router {
         })
         // Bodies are read with the state's own limit, which answers in JSON.
         .layer(DefaultBodyLimit::disable())
+        // Outermost last: catch panics, read the whole body, check the request, then
+        // give any non-JSON error its JSON body.
         .layer(middleware::from_fn(guard::json_errors))
         .layer(middleware::from_fn(guard::check_request))
+        .layer(middleware::from_fn(move |request, next| {
+            guard::read_whole_body(body_limit, request, next)
+        }))
         .layer(middleware::from_fn(guard::catch_panics))
         .with_state(state)
 }

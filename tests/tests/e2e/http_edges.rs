@@ -48,6 +48,12 @@ async fn every_http_error_is_json() {
             "invalid_field",
         ),
         (
+            "a DLQ name longer than any queue name",
+            request("GET", &format!("/v1/dlq/chime.group.{}.dlq/messages", "g".repeat(300)), None),
+            400,
+            "invalid_field",
+        ),
+        (
             "too many headers",
             format!("GET /v1/jobs HTTP/1.1\r\nhost: c\r\n{many_headers}\r\n").into_bytes(),
             431,
@@ -231,6 +237,26 @@ async fn actions_read_or_refuse_their_body_before_acting() {
         .await;
     assert_eq!(plain.status, 202, "{plain:?}");
     assert_eq!(api.runs(id).await.len(), 2, "one run per accepted trigger");
+    // A body no handler reads (a GET's), or one refused before it was looked at, is
+    // still read whole: the connection goes on serving.
+    let listed = connection
+        .exchange(&request("GET", "/v1/jobs", Some(&" ".repeat(50_000))))
+        .await;
+    assert_eq!(listed.status, 200, "{listed:?}");
+    let form = connection
+        .exchange(
+            format!(
+                "POST /v1/jobs HTTP/1.1\r\nhost: c\r\ncontent-type: text/plain\r\ncontent-length: 50000\r\n\r\n{}",
+                "x".repeat(50_000)
+            )
+            .as_bytes(),
+        )
+        .await;
+    assert_eq!(form.status, 415, "{form:?}");
+    let again = connection
+        .exchange(&request("GET", &format!("/v1/jobs/{id}"), None))
+        .await;
+    assert_eq!(again.status, 200, "{again:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,7 @@
 //! `deploy/local/test.sh` makes sure RabbitMQ and PostgreSQL run; every test gets its own
 //! vhost and database.
 
+mod api_fuzz;
 mod at_least_once;
 mod bad_input;
 mod bench;
