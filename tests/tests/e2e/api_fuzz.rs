@@ -73,6 +73,29 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/nowhere/{id}"),
 ];
 
+/// A job's top-level fields (and one unknown), which the fuzzer replaces by anything.
+const JOB_FIELDS: &[&str] = &[
+    "name",
+    "app",
+    "schedule",
+    "target",
+    "payload",
+    "ack_timeout",
+    "max_attempts",
+    "misfire",
+    "catch_up_limit",
+    "overlap",
+    "paused",
+    "backoff",
+    "run_timeout",
+    "extra",
+];
+/// Other field names of the API's bodies, used as object keys.
+const OTHER_KEYS: &[&str] = &[
+    "cron", "every", "at", "timezone", "group", "mode", "zones", "shards", "version", "job",
+    "limit", "initial", "max",
+];
+
 /// Percent-encodes every byte outside the unreserved set.
 fn encode(text: &str) -> String {
     text.bytes()
@@ -166,34 +189,13 @@ fn json_value() -> impl Strategy<Value = Value> {
         text().prop_map(Value::String),
     ];
     let key = prop_oneof![
-        proptest::sample::select(vec![
-            "name",
-            "app",
-            "schedule",
-            "target",
-            "payload",
-            "cron",
-            "every",
-            "at",
-            "timezone",
-            "group",
-            "mode",
-            "zones",
-            "shards",
-            "ack_timeout",
-            "max_attempts",
-            "misfire",
-            "catch_up_limit",
-            "overlap",
-            "paused",
-            "version",
-            "job",
-            "limit",
-            "backoff",
-            "initial",
-            "max",
-            "run_timeout",
-        ])
+        proptest::sample::select(
+            JOB_FIELDS
+                .iter()
+                .chain(OTHER_KEYS)
+                .copied()
+                .collect::<Vec<_>>()
+        )
         .prop_map(str::to_string),
         text(),
     ];
@@ -214,22 +216,7 @@ fn valid_job(name: &str) -> Value {
 
 /// A job body with one field replaced by anything, or a valid one.
 fn job_body() -> impl Strategy<Value = Value> {
-    let field = proptest::sample::select(vec![
-        "name",
-        "app",
-        "schedule",
-        "target",
-        "payload",
-        "ack_timeout",
-        "max_attempts",
-        "misfire",
-        "catch_up_limit",
-        "overlap",
-        "paused",
-        "backoff",
-        "run_timeout",
-        "extra",
-    ]);
+    let field = proptest::sample::select(JOB_FIELDS.to_vec());
     (
         "[a-z][a-z0-9-]{0,20}",
         proptest::option::weighted(0.9, (field, json_value())),
