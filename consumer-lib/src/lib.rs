@@ -133,6 +133,7 @@ pub mod idempotency;
 pub mod observer;
 pub mod protocol;
 pub mod testing;
+pub mod url;
 
 pub use consumer::{Consumer, ConsumerBuilder, default_instance_id, shutdown_signal};
 pub use error::ConsumerError;

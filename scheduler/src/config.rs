@@ -4,7 +4,12 @@
 
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
 
-use crate::{cluster::ClusterSettings, dispatch::ObserverCopies, domain::duration::HumanDuration};
+pub mod urls;
+
+use crate::{
+    cluster::ClusterSettings, daemon::http::HttpSettings, dispatch::ObserverCopies,
+    domain::duration::HumanDuration,
+};
 
 /// One configuration key.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +47,18 @@ pub const SETTINGS: &[Setting] = &[
         env: "CHIME_HTTP_ADDR",
         default: "127.0.0.1:8080",
         doc: "address of the HTTP API, /metrics and health checks",
+    },
+    Setting {
+        key: "http_header_timeout",
+        env: "CHIME_HTTP_HEADER_TIMEOUT",
+        default: "10s",
+        doc: "an API connection must send a request's complete headers within this of opening, and of its previous answer (so it is also the keep-alive idle timeout), or it is closed; 1s to 10m",
+    },
+    Setting {
+        key: "http_max_connections",
+        env: "CHIME_HTTP_MAX_CONNECTIONS",
+        default: "1024",
+        doc: "API connections served at once; more wait in the kernel's accept queue until one closes; 1 to 65536",
     },
     Setting {
         key: "payload_limit",
@@ -165,6 +182,8 @@ pub struct Config {
     pub amqp_url: String,
     /// HTTP listen address. Default `127.0.0.1:8080`.
     pub http_addr: SocketAddr,
+    /// The API listener's header timeout and connection limit. Defaults: 10 s, 1 024.
+    pub http: HttpSettings,
     /// Largest job payload in bytes of JSON. Default 256 KiB.
     pub payload_limit: usize,
     /// Timer look-ahead window. Default 30 s.
@@ -362,10 +381,16 @@ impl Layers {
             Parsed { key, value, source }
         };
         let config = Config {
-            database_url: parse("database_url").text(),
-            amqp_url: parse("amqp_url").text(),
+            database_url: parse("database_url")
+                .with(|v| urls::check_database_url(v).map(|()| v.to_string()))?,
+            amqp_url: parse("amqp_url")
+                .with(|v| urls::check_amqp_url(v).map(|()| v.to_string()))?,
             http_addr: parse("http_addr")
                 .with(|v| v.parse::<SocketAddr>().map_err(|e| e.to_string()))?,
+            http: HttpSettings {
+                header_timeout: parse("http_header_timeout").duration()?,
+                max_connections: parse("http_max_connections").count(65_536)?,
+            },
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
             fire_ahead: parse("fire_ahead").duration()?,
@@ -410,6 +435,11 @@ impl Layers {
         parse("payload_limit").check(
             (1024..=16 * 1024 * 1024).contains(&config.payload_limit),
             "use 1KiB to 16MiB",
+        )?;
+        parse("http_header_timeout").check(
+            (Duration::from_secs(1)..=Duration::from_secs(600))
+                .contains(&config.http.header_timeout),
+            "use 1s to 10m",
         )?;
         parse("lookahead").check(
             config.lookahead >= Duration::from_secs(1),
@@ -476,6 +506,16 @@ impl Parsed<'_> {
         self.with(|v| HumanDuration::parse(v).map(HumanDuration::get))
     }
 
+    /// A whole number from 1 to `max`.
+    fn count(&self, max: usize) -> Result<usize, ConfigError> {
+        self.with(|v| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| format!("use a whole number from 1 to {max}"))
+        })
+    }
+
     fn check(&self, ok: bool, reason: &str) -> Result<(), ConfigError> {
         if ok {
             Ok(())
@@ -485,9 +525,15 @@ impl Parsed<'_> {
     }
 
     fn invalid(&self, reason: String) -> ConfigError {
+        // A URL's password never reaches an error.
+        let value = if self.key.ends_with("_url") {
+            chime_consumer::url::redact(self.value)
+        } else {
+            self.value.to_string()
+        };
         ConfigError::Invalid {
             key: self.key,
-            value: self.value.to_string(),
+            value,
             origin: self.source.clone(),
             reason,
         }
@@ -539,6 +585,9 @@ mod tests {
         assert_eq!(config.amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f");
         assert_eq!(config.http_addr, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(config.payload_limit, 256 * 1024);
+        assert_eq!(config.http, HttpSettings::default());
+        assert_eq!(config.http.header_timeout, Duration::from_secs(10));
+        assert_eq!(config.http.max_connections, 1024);
         assert_eq!(config.misfire_grace, Duration::from_secs(5));
         assert_eq!(config.fire_ahead, Duration::from_secs(2));
         assert_eq!(config.observer_copies, ObserverCopies::Registered);
@@ -675,6 +724,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("use registered or all"), "{err}");
+    }
+
+    #[test]
+    fn http_limits_are_bounded() {
+        for (key, value, reason) in [
+            ("http_header_timeout", "0s", "use 1s to 10m"),
+            ("http_header_timeout", "1h", "use 1s to 10m"),
+            ("http_max_connections", "0", "from 1 to 65536"),
+            ("http_max_connections", "lots", "from 1 to 65536"),
+        ] {
+            let err = Layers::new()
+                .flag(key, Some(value))
+                .build()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(reason), "{key}={value}: {err}");
+        }
+        let env = |var: &str| match var {
+            "CHIME_HTTP_HEADER_TIMEOUT" => Some("2s".to_string()),
+            "CHIME_HTTP_MAX_CONNECTIONS" => Some("8".to_string()),
+            _ => None,
+        };
+        let config = Layers::new().env(env).build().unwrap();
+        assert_eq!(
+            config.http,
+            HttpSettings {
+                header_timeout: Duration::from_secs(2),
+                max_connections: 8
+            }
+        );
+    }
+
+    #[test]
+    fn bad_urls_never_show_their_password() {
+        for (key, url) in [
+            ("database_url", "mysql://u:hunter22@h/db"),
+            (
+                "database_url",
+                "postgres://u@h/db?password=hunter22&sslmode=require",
+            ),
+            ("amqp_url", "amqps://u:hunter22@h/%2f"),
+            ("amqp_url", "amqp://u:hunter22@h:port/%2f"),
+        ] {
+            let err = Layers::new()
+                .flag(key, Some(url))
+                .build()
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(&format!("invalid {key} ")), "{err}");
+            assert!(!err.contains("hunter22"), "{err}");
+        }
     }
 
     #[test]

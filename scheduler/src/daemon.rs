@@ -4,10 +4,12 @@
 //! confirm what was already recorded, hand the shards back, then close.
 
 pub mod args;
+pub mod http;
 
 use std::{future::Future, sync::Arc};
 
 use anyhow::Context;
+use chime_consumer::url::{redact, scrub};
 use tokio::{net::TcpListener, sync::Notify, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -39,7 +41,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     );
     let backend = store::open_backend(&config.database_url, config.shard_count)
         .await
-        .with_context(|| format!("opening the store at {}", redact(&config.database_url)))?;
+        .map_err(|error| {
+            // The store's own error may quote the URL or a part of it.
+            let url = &config.database_url;
+            anyhow::anyhow!(
+                "opening the store at {}: {}",
+                redact(url),
+                scrub(&error.to_string(), url)
+            )
+        })?;
     let store = backend.store();
     let node = node_id(&config.node_name);
     let (ownership, _single_node_lock) = match &backend {
@@ -201,12 +211,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let http = supervise(
         "http server",
         async move {
-            if let Err(error) = axum::serve(listener, api::router(state))
-                .with_graceful_shutdown(async move { http_stop.cancelled().await })
-                .await
-            {
-                warn!(%error, "http server stopped with an error");
-            }
+            http::serve(listener, api::router(state), config.http, http_stop).await;
         },
         &intake,
         &fatal,
@@ -270,29 +275,4 @@ fn node_id(name: &str) -> String {
     };
     let suffix: u32 = rand::random();
     format!("{name}-{suffix:08x}")
-}
-
-/// The URL without its password, for logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn hides_passwords() {
-        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("sqlite://chime.db"), "sqlite://chime.db");
-    }
 }

@@ -125,6 +125,12 @@ pub const OBSERVERS_PRUNED: &str = "chime_observers_pruned_total";
 pub const OBSERVED_PATTERNS: &str = "chime_observed_patterns";
 /// Observer copies published to `chime.topics`.
 pub const TOPIC_COPIES: &str = "chime_topic_copies_total";
+/// HTTP handlers that panicked (each answered 500 `internal`).
+pub const HTTP_PANICS: &str = "chime_http_panics_total";
+/// HTTP connections closed by the server's timeouts, by `reason` (`header_timeout`).
+pub const HTTP_CONNECTIONS_CLOSED: &str = "chime_http_connections_closed_total";
+/// Open HTTP API connections.
+pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
 
 pub use existence_checks::ExistenceCheckFilter;
 
@@ -321,4 +327,13 @@ fn describe() {
         "Observer patterns this node publishes copies for (-1: copies for every task)."
     );
     describe_counter!(TOPIC_COPIES, "Observer copies published to chime.topics.");
+    describe_counter!(
+        HTTP_PANICS,
+        "HTTP handlers that panicked; each was answered 500 internal."
+    );
+    describe_counter!(
+        HTTP_CONNECTIONS_CLOSED,
+        "HTTP connections the server closed itself, by reason."
+    );
+    describe_gauge!(HTTP_CONNECTIONS, "Open HTTP API connections.");
 }

@@ -65,6 +65,24 @@ impl Chimed {
         Self::start_on(config, port).await
     }
 
+    /// Starts chimed without waiting for it to be ready (for a test of a chimed that
+    /// cannot become ready, e.g. with no broker to reach).
+    pub async fn start_unready(config: ChimedConfig) -> Self {
+        let port = free_port();
+        let log = binaries::scratch_dir("chimed").join("chimed.log");
+        let mut command = Self::command(&config, port);
+        log_to_file(&mut command, &log);
+        let child = command.spawn().expect("start chimed");
+        let api = Api::new(format!("http://127.0.0.1:{port}"));
+        Self {
+            child,
+            config,
+            port,
+            log,
+            api,
+        }
+    }
+
     async fn start_on(config: ChimedConfig, port: u16) -> Self {
         let log = binaries::scratch_dir("chimed").join("chimed.log");
         let mut command = Self::command(&config, port);

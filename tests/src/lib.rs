@@ -13,6 +13,7 @@ pub mod binaries;
 pub mod chimed;
 pub mod cluster;
 pub mod consumer;
+pub mod raw_http;
 pub mod vhost;
 pub mod wait;
 

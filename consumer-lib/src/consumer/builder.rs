@@ -171,6 +171,12 @@ impl ConsumerBuilder {
 
     /// Checks the configuration and builds the consumer.
     pub fn build(self) -> Result<Consumer, ConsumerError> {
+        crate::url::check_amqp_url(&self.amqp_url).map_err(|reason| {
+            ConsumerError::InvalidOption {
+                option: "amqp_url",
+                reason,
+            }
+        })?;
         if !is_valid_name(&self.group) {
             return Err(ConsumerError::InvalidName {
                 what: "group",
@@ -305,6 +311,28 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn amqps_is_refused_until_tls_lands() {
+        let err = Consumer::builder("amqps://app:s3cret-pw@mq:5671/%2f", "orders")
+            .handler("j", noop)
+            .build()
+            .err()
+            .expect("amqps refused");
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                ConsumerError::InvalidOption {
+                    option: "amqp_url",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(text.contains(crate::url::TLS_UNSUPPORTED), "{text}");
+        assert!(!text.contains("s3cret-pw"), "{text}");
     }
 
     #[test]

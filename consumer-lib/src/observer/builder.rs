@@ -81,6 +81,12 @@ impl ObserverBuilder {
 
     /// Checks the configuration and builds the observer.
     pub fn build(self) -> Result<Observer, ConsumerError> {
+        crate::url::check_amqp_url(&self.amqp_url).map_err(|reason| {
+            ConsumerError::InvalidOption {
+                option: "amqp_url",
+                reason,
+            }
+        })?;
         if !is_valid_name(&self.name) {
             return Err(ConsumerError::InvalidName {
                 what: "observer",
@@ -157,6 +163,17 @@ mod tests {
 
     #[test]
     fn rejects_bad_configuration() {
+        let tls = Observer::builder("amqps://app:s3cret-pw@mq/%2f", "audit")
+            .handler(|_task: TaskMessage| async { Ok(()) })
+            .subscribe("shop.*")
+            .build()
+            .err()
+            .expect("amqps refused")
+            .to_string();
+        assert!(
+            tls.contains(crate::url::TLS_UNSUPPORTED) && !tls.contains("s3cret-pw"),
+            "{tls}"
+        );
         assert!(matches!(
             base().build(),
             Err(ConsumerError::NoSubscriptions)

@@ -16,6 +16,35 @@ pub async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, Ap
     })
 }
 
+/// Reads the whole body of an action that takes no arguments (pause, resume, trigger)
+/// and accepts only nothing, whitespace or an empty JSON object `{}`. Reading it all
+/// before answering keeps the connection usable; refusing anything else before acting
+/// means a client that sent arguments learns they were not understood.
+pub async fn read_no_arguments(body: Body, limit: usize) -> Result<(), ApiError> {
+    let bytes = read_body(body, limit).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    match parse_json::<serde_json::Value>(&bytes)? {
+        serde_json::Value::Object(fields) if fields.is_empty() => Ok(()),
+        serde_json::Value::Object(fields) => {
+            let name = fields.keys().next().map_or("body", String::as_str);
+            Err(ApiError::field(
+                ErrorCode::InvalidField,
+                name,
+                format!(
+                    "unknown field `{name}`: this action takes no arguments (send no body or {{}})"
+                ),
+            ))
+        }
+        _ => Err(ApiError::field(
+            ErrorCode::InvalidField,
+            "body",
+            "this action takes no arguments: send no body or {}",
+        )),
+    }
+}
+
 /// Parses JSON into `T`; a type error names the field's dotted path.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
@@ -100,5 +129,23 @@ mod tests {
         );
         let err = parse_json::<Outer>(b"{not json").unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidJson);
+    }
+
+    #[tokio::test]
+    async fn actions_take_no_arguments() {
+        let read = |text: &'static str| read_no_arguments(Body::from(text), 1024);
+        for fine in ["", "  \n", "{}", " { } "] {
+            assert_eq!(read(fine).await, Ok(()), "{fine:?}");
+        }
+        let err = read(r#"{"force": true}"#).await.unwrap_err();
+        assert_eq!(
+            (err.code, err.field.as_deref()),
+            (ErrorCode::InvalidField, Some("force"))
+        );
+        let err = read("[1]").await.unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("body"));
+        assert_eq!(read("{").await.unwrap_err().code, ErrorCode::InvalidJson);
+        let big = read_no_arguments(Body::from(vec![b' '; 2048]), 1024).await;
+        assert_eq!(big.unwrap_err().code, ErrorCode::PayloadTooLarge);
     }
 }

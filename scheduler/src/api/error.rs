@@ -22,8 +22,16 @@ pub enum ErrorCode {
     InvalidField,
     /// A valid request for something this version does not do.
     Unsupported,
+    /// The request is not valid HTTP (a bad method, target, header or version).
+    BadRequest,
+    /// The body is not JSON by its `Content-Type`.
+    UnsupportedMediaType,
     /// The payload or body is over the limit.
     PayloadTooLarge,
+    /// The request target (path and query) is too long.
+    UriTooLong,
+    /// The request headers are too many or too large.
+    HeadersTooLarge,
     /// No such job, run or route.
     NotFound,
     /// The method does not apply to the route.
@@ -42,10 +50,14 @@ impl ErrorCode {
     /// The HTTP status of this code.
     pub fn status(self) -> StatusCode {
         match self {
-            ErrorCode::InvalidJson | ErrorCode::InvalidField | ErrorCode::Unsupported => {
-                StatusCode::BAD_REQUEST
-            }
+            ErrorCode::InvalidJson
+            | ErrorCode::InvalidField
+            | ErrorCode::Unsupported
+            | ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::UriTooLong => StatusCode::URI_TOO_LONG,
+            ErrorCode::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::DuplicateName | ErrorCode::VersionConflict => StatusCode::CONFLICT,
@@ -89,6 +101,38 @@ impl ApiError {
     /// A failure the client cannot act on; the details go to the server log.
     pub fn internal() -> Self {
         Self::new(ErrorCode::Internal, "internal error; see the server log")
+    }
+
+    /// The error for a response of `status` that carries no JSON error body (one made
+    /// by the HTTP layer or a framework rejection rather than a handler).
+    pub fn for_status(status: StatusCode) -> Self {
+        let (code, message) = match status {
+            StatusCode::NOT_FOUND => (ErrorCode::NotFound, "no such route"),
+            StatusCode::METHOD_NOT_ALLOWED => (
+                ErrorCode::MethodNotAllowed,
+                "method not allowed on this route",
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                (ErrorCode::PayloadTooLarge, "request body is over the limit")
+            }
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+                ErrorCode::UnsupportedMediaType,
+                "send the body as Content-Type: application/json",
+            ),
+            StatusCode::URI_TOO_LONG => (ErrorCode::UriTooLong, "request target is too long"),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => (
+                ErrorCode::HeadersTooLarge,
+                "request headers are too many or too large",
+            ),
+            status if status.is_server_error() => {
+                (ErrorCode::Internal, "internal error; see the server log")
+            }
+            _ => (
+                ErrorCode::BadRequest,
+                "malformed HTTP request (method, target, header or version)",
+            ),
+        };
+        Self::new(code, message)
     }
 
     /// No job with this id.
@@ -163,7 +207,10 @@ struct Body<'a> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.code.status(), Json(Body { error: &self })).into_response();
-        if self.code == ErrorCode::PayloadTooLarge {
+        if matches!(
+            self.code,
+            ErrorCode::PayloadTooLarge | ErrorCode::HeadersTooLarge | ErrorCode::BadRequest
+        ) {
             // The rest of an oversized body is never read, so the connection cannot carry
             // another request; saying so stops clients from reusing it and failing.
             response.headers_mut().insert(

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::{
     AppState,
-    body::{from_value, parse_json, read_body},
+    body::{from_value, parse_json, read_body, read_no_arguments},
     dto::{JobRequest, JobResponse, ListQuery, ListResponse, RunResponse},
     error::{ApiError, ErrorCode},
 };
@@ -32,7 +32,10 @@ pub(super) async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     let bytes = read_body(body, state.body_limit()).await?;
     let request: JobRequest = parse_json(&bytes)?;
-    let job = Job::new(request.into_spec(state.inner.payload_limit)?, Utc::now());
+    let now = Utc::now();
+    let spec = request.into_spec(state.inner.payload_limit)?;
+    spec.settings.schedule.check_fires(now)?;
+    let job = Job::new(spec, now);
     state.store().insert_job(&job).await?;
     state.inner.timer.job_changed(job.id);
     state.declare_target(&job).await;
@@ -126,6 +129,9 @@ pub(super) async fn patch(
         merged.extend(changes.clone());
         let request: JobRequest = from_value(Value::Object(merged))?;
         let spec = request.into_spec(state.inner.payload_limit)?;
+        if spec.settings.schedule != current.spec.settings.schedule {
+            spec.settings.schedule.check_fires(Utc::now())?;
+        }
         let target_changed = spec.settings.target != current.spec.settings.target;
         match change(&state, &current, expected.unwrap_or(current.version), spec).await {
             Ok(stored) => {
@@ -161,14 +167,18 @@ pub(super) async fn delete(
 pub(super) async fn pause(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    body: Body,
 ) -> Result<Json<JobResponse>, ApiError> {
+    read_no_arguments(body, state.body_limit()).await?;
     set_paused(&state, &id, true).await
 }
 
 pub(super) async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    body: Body,
 ) -> Result<Json<JobResponse>, ApiError> {
+    read_no_arguments(body, state.body_limit()).await?;
     set_paused(&state, &id, false).await
 }
 
@@ -178,7 +188,9 @@ pub(super) async fn resume(
 pub(super) async fn trigger(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
+    read_no_arguments(body, state.body_limit()).await?;
     let job = load(&state, &id).await?;
     let now = Utc::now();
     let live = if needs_live_zones(&job) {

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod dlq;
 pub mod dto;
 pub mod error;
+mod guard;
 mod health;
 mod jobs;
 mod runs;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use axum::{
     Router,
     extract::DefaultBodyLimit,
+    middleware,
     routing::{get, post},
 };
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -107,6 +109,7 @@ impl AppState {
 
 /// The API router.
 pub fn router(state: AppState) -> Router {
+    let body_limit = state.body_limit();
     Router::new()
         .route("/v1/jobs", post(jobs::create).get(jobs::list))
         .route(
@@ -135,5 +138,13 @@ pub fn router(state: AppState) -> Router {
         })
         // Bodies are read with the state's own limit, which answers in JSON.
         .layer(DefaultBodyLimit::disable())
+        // Outermost last: catch panics, read the whole body, check the request, then
+        // give any non-JSON error its JSON body.
+        .layer(middleware::from_fn(guard::json_errors))
+        .layer(middleware::from_fn(guard::check_request))
+        .layer(middleware::from_fn(move |request, next| {
+            guard::read_whole_body(body_limit, request, next)
+        }))
+        .layer(middleware::from_fn(guard::catch_panics))
         .with_state(state)
 }

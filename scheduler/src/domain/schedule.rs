@@ -134,6 +134,24 @@ impl Schedule {
         }
     }
 
+    /// Refuses a schedule that can never fire after `now`: a cron expression matching no
+    /// date (`0 0 0 30 2 *`) or whose year field lies wholly in the past. Intervals always
+    /// fire, and a one-shot is kept even when past (it fires by its misfire policy).
+    pub fn check_fires(&self, now: DateTime<Utc>) -> Result<(), FieldError> {
+        match self {
+            Schedule::Cron(cron) if cron.next_after(truncate_ms(now)).is_none() => {
+                Err(FieldError::new(
+                    "schedule.cron",
+                    format!(
+                        "cron expression {:?} never fires after now (no such date, or every year it names is past)",
+                        cron.expression()
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The first point strictly after `t`, where `anchor` (≤ `t`) is a point of this
     /// schedule; intervals count from `anchor`.
     pub fn next_after(&self, anchor: DateTime<Utc>, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
@@ -245,6 +263,31 @@ mod tests {
 
     fn spec(json: serde_json::Value) -> ScheduleSpec {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn schedules_that_can_never_fire_are_refused() {
+        let now = at("2026-11-27T07:00:00Z");
+        let check = |j| Schedule::from_spec(&spec(j)).unwrap().check_fires(now);
+        for never in [
+            "0 0 0 30 2 *",
+            "0 0 0 31 4 *",
+            "0 0 0 * * * 2020-2025",
+            "0 0 0 1 1 * 2026",
+        ] {
+            let err = check(serde_json::json!({"cron": never})).unwrap_err();
+            assert_eq!(err.field, "schedule.cron", "{never}");
+            assert!(err.message.contains("never fires"), "{}", err.message);
+        }
+        for fires in [
+            serde_json::json!({"cron": "0 0 0 29 2 *"}),
+            serde_json::json!({"cron": "0 0 0 * * * 2026-2030"}),
+            serde_json::json!({"cron": "0 0 0 31 12 * 2026", "timezone": "Asia/Tokyo"}),
+            serde_json::json!({"every": "10d"}),
+            serde_json::json!({"at": "2020-01-01T00:00:00Z"}),
+        ] {
+            assert_eq!(check(fires.clone()), Ok(()), "{fires}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `deploy/local/test.sh` makes sure RabbitMQ and PostgreSQL run; every test gets its own
 //! vhost and database.
 
+mod api_fuzz;
 mod at_least_once;
 mod bad_input;
 mod bench;
@@ -11,9 +12,11 @@ mod delivery;
 mod demo;
 mod dlq_cli;
 mod duplicates;
+mod http_edges;
 mod long_names;
 mod outage;
 mod quiet_log;
 mod restart;
 mod routing;
+mod secrets;
 mod support;
