@@ -834,6 +834,26 @@ pub(crate) fn decode_jobs<R>(
         .collect()
 }
 
+/// Decodes run rows one by one: an unreadable row (written around the store, e.g. an
+/// unknown state) is logged, counted and left out, so it never stops a reconciler pass
+/// over the other runs.
+pub(crate) fn decode_runs<R>(
+    rows: &[R],
+    decode: impl Fn(&R) -> Result<Run, StoreError>,
+) -> Vec<Run> {
+    rows.iter()
+        .filter_map(|row| match decode(row) {
+            Ok(run) => Some(run),
+            Err(error) => {
+                tracing::error!(%error, "skipping an unreadable run row");
+                metrics::counter!(crate::telemetry::STORE_ERRORS, "operation" => "decode_run")
+                    .increment(1);
+                None
+            }
+        })
+        .collect()
+}
+
 fn corrupt(what: impl Into<String>, reason: impl ToString) -> StoreError {
     StoreError::Corrupt {
         what: what.into(),
