@@ -2264,3 +2264,70 @@ store_suite!(
         target_groups_lists_each_group_once,
     ]
 );
+
+/// A run row the store cannot read (written around it: here an unknown state) is left out
+/// of the reconciler's overdue runs instead of failing the whole page.
+async fn overdue_runs_skip_an_unreadable_row(store: &dyn Store, corrupt: &str, url: &str) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = every_second("unreadable", now);
+    store.insert_job(&job).await.unwrap();
+    let good = Run::new(job.id, now, RunTrigger::Manual, json!(1), now);
+    let bad = Run::new(
+        job.id,
+        now - Duration::seconds(1),
+        RunTrigger::Manual,
+        json!(2),
+        now,
+    );
+    assert!(store.insert_run(&good).await.unwrap());
+    assert!(store.insert_run(&bad).await.unwrap());
+    use sqlx::Connection as _;
+    let id = bad.id.to_string();
+    if url.starts_with("sqlite") {
+        let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(corrupt))
+            .bind(id)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(corrupt))
+            .bind(id)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let at = now + Duration::seconds(2);
+    let overdue = store.overdue_runs(at, at, None, 10, None).await.unwrap();
+    let ids: Vec<Uuid> = overdue.iter().map(|o| o.run.id).collect();
+    assert_eq!(ids, [good.id], "the readable run is still handed over");
+}
+
+mod unreadable_rows {
+    use chime_scheduler::store::{self, testing::TestDatabase};
+
+    #[tokio::test]
+    async fn sqlite() {
+        let db = TestDatabase::sqlite();
+        let store = store::open(db.url()).await.unwrap();
+        super::overdue_runs_skip_an_unreadable_row(
+            store.as_ref(),
+            "UPDATE runs SET state = 'bogus' WHERE id = ?1",
+            db.url(),
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn postgres() {
+        let db = TestDatabase::postgres().await;
+        let store = store::open(db.url()).await.unwrap();
+        super::overdue_runs_skip_an_unreadable_row(
+            store.as_ref(),
+            "UPDATE runs SET state = 'bogus' WHERE id = $1::uuid",
+            db.url(),
+        )
+        .await;
+    }
+}

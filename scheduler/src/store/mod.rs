@@ -821,12 +821,33 @@ pub(crate) fn decode_jobs<R>(
     rows: &[R],
     decode: impl Fn(&R) -> Result<Job, StoreError>,
 ) -> Vec<Job> {
+    decode_each(rows, decode, "job", "decode_job")
+}
+
+/// Decodes run rows one by one: an unreadable row (written around the store, e.g. an
+/// unknown state) is logged, counted and left out, so it never stops a reconciler pass
+/// over the other runs.
+pub(crate) fn decode_runs<R>(
+    rows: &[R],
+    decode: impl Fn(&R) -> Result<Run, StoreError>,
+) -> Vec<Run> {
+    decode_each(rows, decode, "run", "decode_run")
+}
+
+/// Decodes rows one by one, logging each unreadable `row` and counting it under
+/// `operation` in the store errors.
+fn decode_each<R, T>(
+    rows: &[R],
+    decode: impl Fn(&R) -> Result<T, StoreError>,
+    row: &'static str,
+    operation: &'static str,
+) -> Vec<T> {
     rows.iter()
-        .filter_map(|row| match decode(row) {
-            Ok(job) => Some(job),
+        .filter_map(|r| match decode(r) {
+            Ok(decoded) => Some(decoded),
             Err(error) => {
-                tracing::error!(%error, "skipping an unreadable job row");
-                metrics::counter!(crate::telemetry::STORE_ERRORS, "operation" => "decode_job")
+                tracing::error!(%error, row, "skipping an unreadable row");
+                metrics::counter!(crate::telemetry::STORE_ERRORS, "operation" => operation)
                     .increment(1);
                 None
             }

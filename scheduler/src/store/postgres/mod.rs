@@ -22,8 +22,8 @@ use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
     DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
-    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, job_write_error, live_since,
-    needs_live_zones, plan_batch, with_jobs,
+    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, decode_runs, job_write_error,
+    live_since, needs_live_zones, plan_batch, with_jobs,
 };
 use crate::cluster::shard_of;
 use crate::domain::broadcast::InstanceReceipt;
@@ -828,10 +828,8 @@ impl Store for PostgresStore {
         .bind(after.map(|(at, _)| at))
         .bind(after.map(|(_, id)| id))
         .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(run_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
+        .await?;
+        let runs = decode_runs(&runs, run_from_row);
         if runs.is_empty() {
             return Ok(Vec::new());
         }

@@ -23,8 +23,8 @@ use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
     DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
-    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, job_write_error, live_since,
-    needs_live_zones, plan_batch, with_jobs,
+    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, decode_runs, job_write_error,
+    live_since, needs_live_zones, plan_batch, with_jobs,
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{
@@ -795,10 +795,8 @@ impl Store for SqliteStore {
         .bind(after.map(|(at, _)| ms(at)))
         .bind(after.map(|(_, id)| id.to_string()))
         .fetch_all(&self.readers)
-        .await?
-        .iter()
-        .map(run_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
+        .await?;
+        let runs = decode_runs(&runs, run_from_row);
         if runs.is_empty() {
             return Ok(Vec::new());
         }
