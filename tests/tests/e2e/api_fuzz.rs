@@ -7,7 +7,8 @@
 //!
 //! Cases come from proptest strategies driven by a seeded generator (the seed is
 //! printed and read back from `CHIME_FUZZ_SEED`, so a failure can be replayed);
-//! `CHIME_FUZZ_CASES` sets the number of requests (default 600, about a minute here).
+//! `CHIME_FUZZ_CASES` sets the number of requests per store (default 300: with both
+//! stores about a minute here).
 
 use std::collections::BTreeMap;
 
@@ -349,9 +350,10 @@ fn rand_seed() -> u64 {
     (nanos as u64) ^ u64::from(std::process::id())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fuzzed_requests_get_documented_answers_and_errors_change_nothing() {
-    let s = Setup::with_env(StoreKind::Sqlite, &[("CHIME_PAYLOAD_LIMIT", "4KiB")]).await;
+crate::per_store!(fuzzed_requests_get_documented_answers_and_errors_change_nothing);
+
+async fn fuzzed_requests_get_documented_answers_and_errors_change_nothing(kind: StoreKind) {
+    let s = Setup::with_env(kind, &[("CHIME_PAYLOAD_LIMIT", "4KiB")]).await;
     let api = &s.chimed.api;
     let base = api.base().to_string();
     let mut ids = Vec::new();
@@ -378,8 +380,10 @@ async fn fuzzed_requests_get_documented_answers_and_errors_change_nothing() {
     let cases: usize = std::env::var("CHIME_FUZZ_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(600);
-    eprintln!("api fuzz: seed {seed} (CHIME_FUZZ_SEED={seed} replays it), {cases} cases");
+        .unwrap_or(300);
+    eprintln!(
+        "api fuzz on {kind:?}: seed {seed} (CHIME_FUZZ_SEED={seed} replays it), {cases} cases"
+    );
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let mut runner = TestRunner::new_with_rng(
