@@ -129,6 +129,10 @@ mod tests {
         );
         let err = parse_json::<Outer>(b"{not json").unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidJson);
+        // Nesting past serde_json's 128 levels is refused as not JSON (docs/api.md).
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let err = parse_json::<serde_json::Value>(deep.as_bytes()).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidJson, "{}", err.message);
     }
 
     #[tokio::test]

@@ -124,6 +124,10 @@ impl ApiError {
                 ErrorCode::HeadersTooLarge,
                 "request headers are too many or too large",
             ),
+            StatusCode::SERVICE_UNAVAILABLE => (
+                ErrorCode::Unavailable,
+                "temporarily unavailable; retry later",
+            ),
             status if status.is_server_error() => {
                 (ErrorCode::Internal, "internal error; see the server log")
             }
@@ -252,6 +256,35 @@ mod tests {
         }
         .into();
         assert!(!bug.message.contains("secret"));
+    }
+
+    #[test]
+    fn bare_statuses_get_their_documented_code() {
+        for (status, code) in [
+            (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+            (StatusCode::METHOD_NOT_ALLOWED, ErrorCode::MethodNotAllowed),
+            (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
+            (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorCode::UnsupportedMediaType,
+            ),
+            (StatusCode::URI_TOO_LONG, ErrorCode::UriTooLong),
+            (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                ErrorCode::HeadersTooLarge,
+            ),
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
+            (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
+            (StatusCode::BAD_GATEWAY, ErrorCode::Internal),
+            (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+            (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::BadRequest),
+        ] {
+            let error = ApiError::for_status(status);
+            assert_eq!(error.code, code, "{status}");
+            if status.as_u16() < 500 && status != StatusCode::UNPROCESSABLE_ENTITY {
+                assert_eq!(code.status(), status);
+            }
+        }
     }
 
     #[test]

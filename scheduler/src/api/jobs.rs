@@ -53,6 +53,11 @@ pub(super) async fn list(
 ) -> Result<Json<ListResponse<JobResponse>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::new(ErrorCode::InvalidField, e.body_text()))?;
     let limit = query.limit()?;
+    // An app that breaks the naming rule names no job (and a NUL in it is one the
+    // database would refuse to compare).
+    if let Some(app) = &query.app {
+        crate::domain::job::validate_name("app", app)?;
+    }
     let after = query
         .cursor
         .as_deref()
