@@ -12,7 +12,7 @@ use chime_scheduler::{
     domain::broadcast::ReceiptState,
     domain::{
         DeliveryMode, Job, JobSettings, JobSpec, LiveZones, MisfirePolicy, OverlapPolicy, Run,
-        RunState, RunTrigger, Schedule, Target, duration::HumanDuration, job::limits,
+        RunState, RunTrigger, Schedule, Target, WaitingFor, duration::HumanDuration, job::limits,
         schedule::ScheduleSpec,
     },
     retention::{PruneOutcome, Pruner, RetentionSettings},
@@ -1064,6 +1064,72 @@ async fn a_mark_after_the_replies_leaves_the_runs_as_they_wrote_them(store: &dyn
     let waiting = store.get_run(waiting).await.unwrap().unwrap();
     assert_eq!(waiting.state, RunState::Dispatched);
     assert_eq!(waiting.dispatched_at, Some(confirmed));
+}
+
+async fn await_consumer_moves_the_deadline_without_using_an_attempt(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let runs = dispatched_runs(store, &["a", "b"], now).await;
+    let later = now + Duration::minutes(1);
+    // Acked meanwhile: no longer waits for anything.
+    store
+        .record_ack(&AckMessage {
+            v: PROTOCOL_VERSION,
+            task_id: runs[3],
+            attempt: 1,
+            consumer: "worker-1".into(),
+            acked_at: later,
+        })
+        .await
+        .unwrap();
+    let asked = [
+        (runs[0], 1),
+        // Read as another attempt: left alone.
+        (runs[1], 2),
+        (runs[2], 1),
+        (runs[3], 1),
+        (Uuid::now_v7(), 1),
+    ];
+    let moved = store.await_consumer(&asked, later).await.unwrap();
+    assert_eq!(moved, HashSet::from([runs[0], runs[2]]));
+    for (i, id) in runs.iter().enumerate() {
+        let run = store.get_run(*id).await.unwrap().unwrap();
+        if i == 0 || i == 2 {
+            assert_eq!(
+                (run.state, run.attempt, run.waiting_for),
+                (RunState::Dispatched, 1, Some(WaitingFor::Consumer)),
+                "run {i}"
+            );
+            // Another full ack timeout (30 s) from now, history untouched.
+            assert_eq!(run.due_at, Some(later + Duration::seconds(30)), "run {i}");
+            assert!(run.history.is_empty());
+        } else {
+            assert_eq!(run.waiting_for, None, "run {i}");
+        }
+    }
+    // Once the run moves on, it waits for nothing; dispatched again, it starts afresh.
+    let next = NextAttempt {
+        run_id: runs[0],
+        expect: Expect::exactly(RunState::Dispatched, 1),
+        record: None,
+    };
+    assert_eq!(
+        store.next_attempts(&[next], later).await.unwrap(),
+        HashSet::from([runs[0]])
+    );
+    assert_eq!(
+        store.get_run(runs[0]).await.unwrap().unwrap().waiting_for,
+        None
+    );
+    store
+        .mark_dispatched(&[runs[0]], later + Duration::seconds(1))
+        .await
+        .unwrap();
+    let run = store.get_run(runs[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (run.state, run.attempt, run.waiting_for),
+        (RunState::Dispatched, 2, None)
+    );
+    assert!(store.await_consumer(&[], later).await.unwrap().is_empty());
 }
 
 async fn next_attempts_moves_only_runs_still_as_expected(store: &dyn Store) {
@@ -2210,6 +2276,7 @@ store_suite!(
         an_ack_and_its_success_in_one_batch_write_the_run_once,
         a_mark_after_the_replies_leaves_the_runs_as_they_wrote_them,
         next_attempts_moves_only_runs_still_as_expected,
+        await_consumer_moves_the_deadline_without_using_an_attempt,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,
         retryable_failures_retry_after_backoff_then_die,

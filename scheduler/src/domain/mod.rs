@@ -16,6 +16,6 @@ pub use job::{
 };
 pub use misfire::{FirePlan, MisfirePolicy, plan_fires};
 pub use retry::Backoff;
-pub use run::{Run, RunState, RunTrigger};
+pub use run::{Run, RunState, RunTrigger, WaitingFor};
 pub use schedule::Schedule;
 pub use validation::FieldError;

@@ -14,6 +14,11 @@
 //! dead --(dlq replay: attempt + 1)--> scheduled
 //! ```
 //!
+//! A `dispatched` run whose work queue has no consumer when its ack deadline passes
+//! stays `dispatched` on the same attempt with [`Run::waiting_for`] =
+//! [`WaitingFor::Consumer`]: its task is still in the queue, so the deadline moves on
+//! by another `ack_timeout` instead of using an attempt (see `crate::reconcile`).
+//!
 //! Every run in an unfinished state has a `due_at`: when the reconciler acts on it if
 //! nothing else happened first (see [`Run::due_at`]).
 
@@ -77,6 +82,38 @@ impl RunState {
 impl fmt::Display for RunState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Why a `dispatched` run's ack deadline was moved on without using an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingFor {
+    /// Its work queue had no consumer when the ack deadline passed: the task waits in
+    /// the queue for one.
+    Consumer,
+}
+
+impl WaitingFor {
+    /// The name in the API and the stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitingFor::Consumer => "consumer",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        (name == "consumer").then_some(WaitingFor::Consumer)
+    }
+
+    /// What a run in `state` read with `stored` waits for: only a `dispatched` run
+    /// waits (the stores clear the column when a run is dispatched again, and any other
+    /// state means the wait is over).
+    pub fn of(state: RunState, stored: Option<&str>) -> Option<Self> {
+        (state == RunState::Dispatched)
+            .then(|| stored.and_then(Self::parse))
+            .flatten()
     }
 }
 
@@ -174,6 +211,9 @@ pub struct Run {
     /// `broadcast` mode: what each consumer instance did with the current and earlier
     /// attempts (one entry per instance, its latest attempt).
     pub instances: Vec<InstanceReceipt>,
+    /// `dispatched` only: why its ack deadline was moved on without using an attempt
+    /// (its queue had no consumer). None otherwise.
+    pub waiting_for: Option<WaitingFor>,
 }
 
 impl Run {
@@ -216,6 +256,7 @@ impl Run {
             zone: None,
             overlap: OverlapPolicy::Allow,
             instances: Vec::new(),
+            waiting_for: None,
         }
     }
 
@@ -277,5 +318,19 @@ mod tests {
             assert_eq!(RunState::parse(s).unwrap().as_str(), s);
         }
         assert_eq!(RunState::parse("bogus"), None);
+    }
+
+    #[test]
+    fn only_a_dispatched_run_waits_for_a_consumer() {
+        let consumer = Some(WaitingFor::Consumer);
+        assert_eq!(
+            WaitingFor::of(RunState::Dispatched, Some("consumer")),
+            consumer
+        );
+        assert_eq!(WaitingFor::of(RunState::Dispatched, None), None);
+        assert_eq!(WaitingFor::of(RunState::Dispatched, Some("bogus")), None);
+        for state in [RunState::Scheduled, RunState::Acked, RunState::Dead] {
+            assert_eq!(WaitingFor::of(state, Some("consumer")), None);
+        }
     }
 }

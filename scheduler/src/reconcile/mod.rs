@@ -8,7 +8,10 @@
 //!   armed ahead of their time ([`crate::timer::TimerSettings::arming_horizon`]; the dispatcher holds
 //!   those until then);
 //! - `dispatched` past the ack timeout, or `acked` past the run timeout (heartbeats move
-//!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out;
+//!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out —
+//!   except a `dispatched` run whose work queue has no consumer ([`consumers`]): its
+//!   task still waits in the queue, so its ack deadline moves on by another
+//!   `ack_timeout` on the same attempt and it shows `waiting_for: consumer`;
 //! - `failed` whose backoff elapsed: publish the next attempt;
 //! - `dead` with its dead letter pending: publish the dead letter (run, job, reason,
 //!   history) to the group's dead-letter queue, confirmed, then note it;
@@ -26,8 +29,9 @@
 //!
 //! Metrics: `chime_republishes_total{reason}`, `chime_retries_total`,
 //! `chime_dead_runs_total{reason}`, `chime_dead_letters_published_total`,
-//! `chime_republishes_withheld_total{reason}`.
+//! `chime_republishes_withheld_total{reason}`, `chime_group_without_consumer{group,queue}`.
 
+pub mod consumers;
 mod dead_letters;
 
 use std::{
@@ -36,11 +40,12 @@ use std::{
     time::Duration,
 };
 
-use chime_consumer::protocol::AttemptRecord;
+use chime_consumer::protocol::{AttemptRecord, topology};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use self::consumers::{ConsumerWatch, Waiting};
 use crate::{
     broker::ConfirmedPublisher,
     cluster::Ownership,
@@ -113,6 +118,9 @@ pub struct PassReport {
     pub awaiting_replies: usize,
     /// Runs given up in this pass.
     pub killed: usize,
+    /// `dispatched` runs past their ack deadline whose work queue had no consumer: the
+    /// deadline moved on, no attempt used.
+    pub waiting_for_consumer: usize,
     /// Dead letters published and confirmed.
     pub dead_lettered: usize,
 }
@@ -162,6 +170,7 @@ pub struct Reconciler {
     ownership: Ownership,
     replies: ReplyProgress,
     settings: ReconcileSettings,
+    consumers: ConsumerWatch,
 }
 
 impl Reconciler {
@@ -175,7 +184,9 @@ impl Reconciler {
         replies: ReplyProgress,
         settings: ReconcileSettings,
     ) -> Self {
+        let consumers = ConsumerWatch::new(publisher.url());
         Self {
+            consumers,
             store,
             dispatch,
             publisher,
@@ -195,11 +206,29 @@ impl Reconciler {
     /// [`Self::unconfirmed_cutoff`]).
     async fn pass(&self, kind: PassKind, shards: Option<&[u32]>) -> Result<PassReport, StoreError> {
         let unconfirmed = unconfirmed_cutoff(&self.settings, kind);
-        let reason = kind.reason();
         let mut report = PassReport::default();
-        if shards.is_some_and(<[u32]>::is_empty) {
-            return Ok(report);
-        }
+        let mut waiting = BTreeMap::new();
+        let result = if shards.is_some_and(<[u32]>::is_empty) {
+            Ok(())
+        } else {
+            self.walk(kind, shards, unconfirmed, &mut waiting, &mut report)
+                .await
+        };
+        self.consumers.after_pass(waiting).await;
+        result.map(|()| report)
+    }
+
+    /// The pages of a pass (see [`Self::pass`]); the queues whose runs waited for a
+    /// consumer go to `waiting`.
+    async fn walk(
+        &self,
+        kind: PassKind,
+        shards: Option<&[u32]>,
+        unconfirmed: chrono::Duration,
+        waiting: &mut BTreeMap<String, Waiting>,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        let reason = kind.reason();
         let mut cursor = None;
         loop {
             let now = Utc::now();
@@ -221,6 +250,7 @@ impl Reconciler {
             report.examined += count;
             let mut dead = Vec::new();
             let mut advances = Vec::new();
+            let mut holds = Vec::new();
             for item in overdue {
                 if matches!(item.run.state, RunState::Dispatched | RunState::Acked)
                     && item.run.due_at.is_some_and(|due| due > judged_until)
@@ -235,7 +265,7 @@ impl Reconciler {
                 {
                     // Judged as of the collector's progress: an instance's receipt or
                     // heartbeat may still be queued.
-                    self.settle_broadcast(item, judged_until, &mut report, &mut dead)
+                    self.settle_broadcast(item, judged_until, report, &mut dead)
                         .await?;
                     continue;
                 }
@@ -252,27 +282,23 @@ impl Reconciler {
                         self.dispatch.resubmit([item.job.task_message(&item.run)]);
                         report.count_republished(reason);
                     }
+                    RunState::Dispatched if self.nobody_consumes(&item).await => {
+                        let queue = run_queue(&item).unwrap_or_default();
+                        let seen = waiting.entry(queue).or_insert_with(|| Waiting {
+                            group: item.job.spec.settings.target.group.clone(),
+                            jobs: Default::default(),
+                        });
+                        seen.jobs
+                            .insert(format!("{}/{}", item.job.spec.app, item.job.spec.name));
+                        holds.push((item.run.id, item.run.attempt));
+                    }
                     RunState::Dispatched => {
-                        self.timed_out(
-                            item,
-                            Missed::Ack,
-                            now,
-                            &mut report,
-                            &mut advances,
-                            &mut dead,
-                        )
-                        .await?
+                        self.timed_out(item, Missed::Ack, now, report, &mut advances, &mut dead)
+                            .await?
                     }
                     RunState::Acked => {
-                        self.timed_out(
-                            item,
-                            Missed::Run,
-                            now,
-                            &mut report,
-                            &mut advances,
-                            &mut dead,
-                        )
-                        .await?
+                        self.timed_out(item, Missed::Run, now, report, &mut advances, &mut dead)
+                            .await?
                     }
                     // A failed run's backoff elapsed: publish the next attempt.
                     RunState::Failed => advances.push(Advance {
@@ -284,7 +310,13 @@ impl Reconciler {
                     RunState::Succeeded => {}
                 }
             }
-            self.advance(advances, now, &mut report).await?;
+            self.advance(advances, now, report).await?;
+            if !holds.is_empty() {
+                let held = self.store.await_consumer(&holds, now).await?.len();
+                metrics::counter!(telemetry::REPUBLISHES_WITHHELD, "reason" => "no_consumer")
+                    .increment(held as u64);
+                report.waiting_for_consumer += held;
+            }
             report.dead_lettered += dead_letters::publish(
                 self.store.as_ref(),
                 &self.publisher,
@@ -292,9 +324,10 @@ impl Reconciler {
                 dead,
             )
             .await?;
-            if report.republished() + report.killed > 0 {
+            if report.republished() + report.killed + report.waiting_for_consumer > 0 {
                 info!(
                     examined = report.examined,
+                    waiting_for_consumer = report.waiting_for_consumer,
                     republished = report.republished(),
                     awaiting_mark = report.awaiting_mark,
                     awaiting_replies = report.awaiting_replies,
@@ -316,8 +349,17 @@ impl Reconciler {
             ) == before;
             let walk_all = kind != PassKind::Periodic;
             if count < PASS_LIMIT as usize || cursor.is_none() || !(walk_all || moved_on) {
-                return Ok(report);
+                return Ok(());
             }
+        }
+    }
+
+    /// Whether `item`'s work queue is known to have no consumer (a broadcast run has no
+    /// work queue: see [`consumers`]).
+    async fn nobody_consumes(&self, item: &OverdueRun) -> bool {
+        match run_queue(item) {
+            Some(queue) => self.consumers.has_none(&queue).await,
+            None => false,
         }
     }
 
@@ -479,6 +521,7 @@ impl Reconciler {
             tokio::select! {
                 () = cancel.cancelled() => {
                     self.publisher.close().await;
+                    self.consumers.close().await;
                     return;
                 }
                 () = tokio::time::sleep_until(next_pass) => {}
@@ -500,6 +543,16 @@ impl Reconciler {
             metrics::counter!(telemetry::STORE_ERRORS, "operation" => "reconcile").increment(1);
         }
         result.is_ok()
+    }
+}
+
+/// The work queue that holds `item`'s task (None for a broadcast run).
+fn run_queue(item: &OverdueRun) -> Option<String> {
+    let group = &item.job.spec.settings.target.group;
+    match (item.run.mode, item.run.zone.as_deref()) {
+        (DeliveryMode::Broadcast, _) => None,
+        (DeliveryMode::Zone, Some(zone)) => Some(topology::zone_queue(group, zone)),
+        _ => Some(topology::group_queue(group)),
     }
 }
 

@@ -11,6 +11,7 @@ mod delivery;
 mod demo;
 mod dlq_cli;
 mod duplicates;
+mod no_consumer;
 mod outage;
 mod quiet_log;
 mod restart;
