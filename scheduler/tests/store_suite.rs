@@ -1692,6 +1692,91 @@ async fn deadlines_follow_acks_and_heartbeats(store: &dyn Store) {
     );
 }
 
+/// A result for a run already given up leaves it `dead` and shows in its history, once
+/// per attempt; a late success's output is kept.
+async fn a_late_result_for_a_dead_run_is_noted_in_its_history(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let runs = dispatched_runs(store, &["late"], now).await;
+    for id in &runs {
+        store
+            .kill_run(
+                *id,
+                Expect::unfinished(),
+                "not acked within 30s",
+                None,
+                false,
+                now,
+            )
+            .await
+            .unwrap();
+    }
+    let late = |task_id, attempt, outcome| {
+        Reply::Result(ResultMessage {
+            v: PROTOCOL_VERSION,
+            task_id,
+            attempt,
+            consumer: "w2".into(),
+            finished_at: now + Duration::minutes(5),
+            replayed: false,
+            outcome,
+        })
+    };
+    let success = late(
+        runs[0],
+        1,
+        TaskOutcome::Succeeded {
+            output: Some(json!({"done": 3})),
+        },
+    );
+    let failure = late(
+        runs[1],
+        1,
+        TaskOutcome::Failed {
+            error: TaskError {
+                message: "boom".into(),
+                retryable: true,
+                retry_after_ms: None,
+            },
+        },
+    );
+    // The same late success twice (a redelivery) is noted once.
+    let batch = [&success, &failure, &success];
+    let effects = store.record_replies(&batch).await.unwrap();
+    assert!(
+        effects
+            .iter()
+            .all(|(effect, state)| *effect == ReplyEffect::Stale && state.is_none())
+    );
+    let done = store.get_run(runs[0]).await.unwrap().unwrap();
+    assert_eq!(done.state, RunState::Dead);
+    assert_eq!(done.output, Some(json!({"done": 3})));
+    let late_records: Vec<_> = done
+        .history
+        .iter()
+        .filter(|r| r.event.starts_with("late_"))
+        .collect();
+    assert_eq!(late_records.len(), 1, "{:?}", done.history);
+    assert_eq!(
+        (
+            late_records[0].event.as_str(),
+            late_records[0].attempt,
+            late_records[0].consumer.as_deref()
+        ),
+        ("late_success", 1, Some("w2"))
+    );
+    assert_eq!(
+        chime_scheduler::domain::run::late_outcome(&done.history).map(|r| r.event.as_str()),
+        Some("late_success")
+    );
+    let failed = store.get_run(runs[1]).await.unwrap().unwrap();
+    assert_eq!((failed.state, failed.output), (RunState::Dead, None));
+    let record = chime_scheduler::domain::run::late_outcome(&failed.history).unwrap();
+    assert_eq!(
+        (record.event.as_str(), record.error.as_deref()),
+        ("late_failure", Some("boom"))
+    );
+}
+
 async fn replay_revives_only_dead_runs(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let job = Job::new(spec("replayed", json!({"every": "1h"})), now);
@@ -2282,6 +2367,7 @@ store_suite!(
         retryable_failures_retry_after_backoff_then_die,
         deadlines_follow_acks_and_heartbeats,
         replay_revives_only_dead_runs,
+        a_late_result_for_a_dead_run_is_noted_in_its_history,
         overlap_forbid_skips_fires_while_a_run_is_unfinished,
         a_job_changed_to_forbid_waits_for_runs_recorded_before,
         queries_filter_by_shard,

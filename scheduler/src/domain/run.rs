@@ -19,6 +19,9 @@
 //! [`WaitingFor::Consumer`]: its task is still in the queue, so the deadline moves on
 //! by another `ack_timeout` instead of using an attempt (see `crate::reconcile`).
 //!
+//! A result that arrives for a run already `dead` does not revive it: the run stays
+//! `dead` and its history gets the late outcome ([`late_record`]).
+//!
 //! Every run in an unfinished state has a `due_at`: when the reconciler acts on it if
 //! nothing else happened first (see [`Run::due_at`]).
 
@@ -29,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Progress, item_run_id};
+use chime_consumer::protocol::{
+    AttemptRecord, DeliveryMode, Progress, ResultMessage, TaskOutcome, item_run_id,
+};
 
 use super::{OverlapPolicy, broadcast::InstanceReceipt};
 
@@ -115,6 +120,39 @@ impl WaitingFor {
             .then(|| stored.and_then(Self::parse))
             .flatten()
     }
+}
+
+/// The history entry of a result that came for a run already given up (`dead`): the
+/// run stays `dead` (its dead letter was published), and its history shows what the
+/// handler did after all — event `late_success` or `late_failure`, with the attempt,
+/// the consumer, when it finished and, for a failure, its error. The DLQ tools read it
+/// through [`late_outcome`] to tell a dead letter whose work got done.
+pub fn late_record(result: &ResultMessage) -> AttemptRecord {
+    let (event, error) = match &result.outcome {
+        TaskOutcome::Succeeded { .. } => (LATE_SUCCESS, None),
+        TaskOutcome::Failed { error } => (LATE_FAILURE, Some(error.message.clone())),
+    };
+    AttemptRecord {
+        attempt: result.attempt,
+        event: event.into(),
+        at: result.finished_at,
+        consumer: Some(result.consumer.clone()),
+        error,
+        retry_at: None,
+    }
+}
+
+/// [`late_record`]'s event for a late success.
+pub const LATE_SUCCESS: &str = "late_success";
+/// [`late_record`]'s event for a late failure.
+pub const LATE_FAILURE: &str = "late_failure";
+
+/// The latest late outcome in a `dead` run's history (see [`late_record`]), if any.
+pub fn late_outcome(history: &[AttemptRecord]) -> Option<&AttemptRecord> {
+    history
+        .iter()
+        .rev()
+        .find(|r| r.event == LATE_SUCCESS || r.event == LATE_FAILURE)
 }
 
 /// What caused a run.
@@ -318,6 +356,57 @@ mod tests {
             assert_eq!(RunState::parse(s).unwrap().as_str(), s);
         }
         assert_eq!(RunState::parse("bogus"), None);
+    }
+
+    #[test]
+    fn a_late_result_is_a_history_entry_of_its_own() {
+        let at: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+        let mut result = ResultMessage {
+            v: 1,
+            task_id: Uuid::now_v7(),
+            attempt: 3,
+            consumer: "w2".into(),
+            finished_at: at,
+            replayed: false,
+            outcome: TaskOutcome::Succeeded { output: None },
+        };
+        let success = late_record(&result);
+        assert_eq!(
+            (
+                success.event.as_str(),
+                success.attempt,
+                success.at,
+                success.error
+            ),
+            (LATE_SUCCESS, 3, at, None)
+        );
+        result.outcome = TaskOutcome::Failed {
+            error: chime_consumer::protocol::TaskError {
+                message: "boom".into(),
+                retryable: true,
+                retry_after_ms: None,
+            },
+        };
+        let failure = late_record(&result);
+        assert_eq!(failure.event, LATE_FAILURE);
+        assert_eq!(failure.error.as_deref(), Some("boom"));
+        let timeout = AttemptRecord {
+            event: "ack_timeout".into(),
+            ..failure.clone()
+        };
+        assert_eq!(late_outcome(std::slice::from_ref(&timeout)), None);
+        let history = [
+            failure,
+            timeout,
+            late_record(&ResultMessage {
+                outcome: TaskOutcome::Succeeded { output: None },
+                ..result
+            }),
+        ];
+        assert_eq!(
+            late_outcome(&history).map(|r| r.event.as_str()),
+            Some(LATE_SUCCESS)
+        );
     }
 
     #[test]
