@@ -33,6 +33,7 @@
 
 pub mod consumers;
 mod dead_letters;
+mod missed;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -75,6 +76,11 @@ pub struct ReconcileSettings {
     /// ([`crate::timer::TimerSettings::arming_horizon`]): a pass taking over shards collects
     /// `scheduled` runs due up to this long (plus [`CLOCK_SKEW`]) from now.
     pub armed_ahead: Duration,
+    /// How late a fire may be before it is a misfire
+    /// ([`crate::timer::TimerSettings::misfire_grace`]): a start or takeover pass judges
+    /// first-attempt `scheduled` fires later than this by their job's misfire policy
+    /// ([`missed`]).
+    pub misfire_grace: Duration,
 }
 
 /// Why a pass runs.
@@ -251,6 +257,9 @@ impl Reconciler {
             let mut dead = Vec::new();
             let mut advances = Vec::new();
             let mut holds = Vec::new();
+            let mut missed = Vec::new();
+            let grace = chrono::Duration::from_std(self.settings.misfire_grace)
+                .unwrap_or(chrono::Duration::MAX);
             for item in overdue {
                 if matches!(item.run.state, RunState::Dispatched | RunState::Acked)
                     && item.run.due_at.is_some_and(|due| due > judged_until)
@@ -276,6 +285,14 @@ impl Reconciler {
                         metrics::counter!(telemetry::REPUBLISHES_WITHHELD, "reason" => "unmarked")
                             .increment(1);
                         report.awaiting_mark += 1;
+                    }
+                    // Left behind by a node that stopped after recording it ahead: judged
+                    // by the job's misfire policy below.
+                    RunState::Scheduled
+                        if matches!(kind, PassKind::Start | PassKind::Takeover)
+                            && missed::is_missed(&item, now, grace) =>
+                    {
+                        missed.push(item)
                     }
                     RunState::Scheduled => {
                         metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
@@ -309,6 +326,12 @@ impl Reconciler {
                     RunState::Dead => dead.push(item),
                     RunState::Succeeded => {}
                 }
+            }
+            let publish = missed::judge(self.store.as_ref(), missed, now, grace).await?;
+            for item in publish {
+                metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
+                self.dispatch.resubmit([item.job.task_message(&item.run)]);
+                report.count_republished(reason);
             }
             self.advance(advances, now, report).await?;
             if !holds.is_empty() {
@@ -602,6 +625,7 @@ mod tests {
                 republish_after: Duration::from_secs(10),
                 interval: Duration::from_secs(1),
                 armed_ahead: arming_horizon(fire_ahead),
+                misfire_grace: Duration::from_secs(5),
             };
             // One fire transaction records up to the horizon, past `fire_ahead` itself.
             let armed = chrono::Duration::from_std(arming_horizon(fire_ahead)).unwrap();
