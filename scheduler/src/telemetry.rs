@@ -64,7 +64,9 @@ pub const REPUBLISHES: &str = "chime_republishes_total";
 /// (`reason="unmarked"`), or ack and run deadlines not acted on because the reply that
 /// answers them may still wait in the reply queue (`reason="replies_pending"`); counted
 /// per pass that found them; `reason="no_consumer"`: ack deadlines moved on without
-/// using an attempt because the run's work queue had no consumer.
+/// using an attempt because the run's work queue had no consumer;
+/// `reason="takeover_answered"`: runs taken over from a dead node answered while the new
+/// owner waited for their acks.
 pub const REPUBLISHES_WITHHELD: &str = "chime_republishes_withheld_total";
 /// 1 while a group's work queue (`queue`: the group's or a zone's) is known to have no
 /// consumer and runs wait in it; 0 once it has one again (see `crate::reconcile`).

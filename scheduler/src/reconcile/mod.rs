@@ -64,6 +64,13 @@ use crate::{
 const PASS_LIMIT: u32 = 1000;
 /// How far apart two nodes' clocks may be when one takes over the other's armed runs.
 const CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// How long a takeover pass waits for acks of the previous owner's `scheduled` runs
+/// whose fire time has passed (it may have published them and died before marking them
+/// `dispatched`) before it publishes those that got none: short enough to keep the
+/// failover gap within 3 s (leases expire after 2 s, and a renew interval may pass).
+pub const TAKEOVER_ACK_WAIT: Duration = Duration::from_millis(500);
+/// How often the takeover wait looks whether its runs were answered.
+const TAKEOVER_ACK_POLL: Duration = Duration::from_millis(100);
 
 /// How the reconciler paces itself.
 #[derive(Debug, Clone, Copy)]
@@ -258,6 +265,7 @@ impl Reconciler {
             let mut advances = Vec::new();
             let mut holds = Vec::new();
             let mut missed = Vec::new();
+            let mut maybe_published = Vec::new();
             let grace = chrono::Duration::from_std(self.settings.misfire_grace)
                 .unwrap_or(chrono::Duration::MAX);
             for item in overdue {
@@ -294,6 +302,13 @@ impl Reconciler {
                     {
                         missed.push(item)
                     }
+                    // The previous owner may have published it and died before marking
+                    // it: wait briefly for its ack below.
+                    RunState::Scheduled
+                        if kind == PassKind::Takeover && item.run.fire_time <= now =>
+                    {
+                        maybe_published.push(item)
+                    }
                     RunState::Scheduled => {
                         metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
                         self.dispatch.resubmit([item.job.task_message(&item.run)]);
@@ -327,7 +342,8 @@ impl Reconciler {
                     RunState::Succeeded => {}
                 }
             }
-            let publish = missed::judge(self.store.as_ref(), missed, now, grace).await?;
+            let mut publish = missed::judge(self.store.as_ref(), missed, now, grace).await?;
+            publish.extend(self.unanswered(maybe_published).await?);
             for item in publish {
                 metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
                 self.dispatch.resubmit([item.job.task_message(&item.run)]);
@@ -375,6 +391,45 @@ impl Reconciler {
                 return Ok(());
             }
         }
+    }
+
+    /// Of the previous owner's `scheduled` runs whose fire time has passed (found by a
+    /// takeover pass), those still `scheduled` after waiting up to
+    /// [`TAKEOVER_ACK_WAIT`] for their acks: a task the dead node published reaches a
+    /// live consumer within milliseconds, and its ack makes the run `acked`; publishing
+    /// it again would hand a second copy to another instance, whose idempotency store
+    /// (in memory by default) may not know it. Those answered meanwhile are counted in
+    /// `chime_republishes_withheld_total{reason="takeover_answered"}`.
+    async fn unanswered(&self, items: Vec<OverdueRun>) -> Result<Vec<OverdueRun>, StoreError> {
+        if items.is_empty() {
+            return Ok(items);
+        }
+        let ids: Vec<uuid::Uuid> = items.iter().map(|i| i.run.id).collect();
+        let deadline = tokio::time::Instant::now() + TAKEOVER_ACK_WAIT;
+        let mut still = self.store.scheduled_runs(&ids).await?;
+        while !still.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(
+                TAKEOVER_ACK_POLL
+                    .min(deadline.saturating_duration_since(tokio::time::Instant::now())),
+            )
+            .await;
+            let left: Vec<uuid::Uuid> = still.iter().copied().collect();
+            still = self.store.scheduled_runs(&left).await?;
+        }
+        let answered = items.len() - still.len();
+        if answered > 0 {
+            metrics::counter!(telemetry::REPUBLISHES_WITHHELD, "reason" => "takeover_answered")
+                .increment(answered as u64);
+            info!(
+                answered,
+                left = still.len(),
+                "runs taken over were answered while waiting; not publishing them again"
+            );
+        }
+        Ok(items
+            .into_iter()
+            .filter(|i| still.contains(&i.run.id))
+            .collect())
     }
 
     /// Whether `item`'s work queue is known to have no consumer (a broadcast run has no
