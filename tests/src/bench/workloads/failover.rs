@@ -18,7 +18,7 @@ use crate::{
     Chimed,
     bench::{
         Backend, consumer_metrics,
-        probe::{Probe, duplicate_runs, ms_between},
+        probe::{Probe, drain_all, duplicate_runs, ms_between},
         progress::Progress,
         report::Outcome,
         stage::{GROUP, Stage},
@@ -151,27 +151,6 @@ pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
     );
     stage.db.close().await;
     Ok(outcome)
-}
-
-/// Waits (up to 30 s) until `expected` tasks fired in `window` were consumed by the
-/// probes together; returns every receipt of all of them.
-async fn drain_all(
-    probes: &[Probe],
-    window: (chrono::DateTime<Utc>, chrono::DateTime<Utc>),
-    expected: usize,
-) -> Vec<crate::bench::probe::Receipt> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let receipts: Vec<_> = probes.iter().flat_map(Probe::receipts).collect();
-        let done = receipts
-            .iter()
-            .filter(|r| r.fire_time >= window.0 && r.fire_time < window.1)
-            .count();
-        if done >= expected || tokio::time::Instant::now() >= deadline {
-            return receipts;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn shards_of(status: &Value, node: &str) -> HashSet<u32> {
