@@ -64,7 +64,7 @@ use crate::{
 const PASS_LIMIT: u32 = 1000;
 /// How far apart two nodes' clocks may be when one takes over the other's armed runs.
 const CLOCK_SKEW: Duration = Duration::from_secs(1);
-/// How long a takeover pass waits for acks of the previous owner's `scheduled` runs
+/// How long a takeover (or start) pass waits for acks of the previous owner's `scheduled` runs
 /// whose fire time has passed (it may have published them and died before marking them
 /// `dispatched`) before it publishes those that got none: short enough to keep the
 /// failover gap within 3 s (leases expire after 2 s, and a renew interval may pass).
@@ -302,10 +302,11 @@ impl Reconciler {
                     {
                         missed.push(item)
                     }
-                    // The previous owner may have published it and died before marking
-                    // it: wait briefly for its ack below.
+                    // The previous owner (or this node's previous process) may have
+                    // published it and died before marking it: wait briefly for its ack.
                     RunState::Scheduled
-                        if kind == PassKind::Takeover && item.run.fire_time <= now =>
+                        if matches!(kind, PassKind::Start | PassKind::Takeover)
+                            && item.run.fire_time <= now =>
                     {
                         maybe_published.push(item)
                     }
@@ -394,7 +395,7 @@ impl Reconciler {
     }
 
     /// Of the previous owner's `scheduled` runs whose fire time has passed (found by a
-    /// takeover pass), those still `scheduled` after waiting up to
+    /// takeover or start pass), those still `scheduled` after waiting up to
     /// [`TAKEOVER_ACK_WAIT`] for their acks: a task the dead node published reaches a
     /// live consumer within milliseconds, and its ack makes the run `acked`; publishing
     /// it again would hand a second copy to another instance, whose idempotency store
