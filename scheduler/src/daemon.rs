@@ -106,6 +106,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             republish_after: config.republish_after,
             interval: config.reconcile_interval,
             armed_ahead: timer_settings.arming_horizon(),
+            misfire_grace: config.misfire_grace,
         },
     );
     let pruner = Pruner::new(store.clone(), RetentionSettings::new(config.run_retention));

@@ -63,8 +63,14 @@ pub const REPUBLISHES: &str = "chime_republishes_total";
 /// confirmed them and only their `dispatched` mark was still to be written
 /// (`reason="unmarked"`), or ack and run deadlines not acted on because the reply that
 /// answers them may still wait in the reply queue (`reason="replies_pending"`); counted
-/// per pass that found them.
+/// per pass that found them; `reason="no_consumer"`: ack deadlines moved on without
+/// using an attempt because the run's work queue had no consumer;
+/// `reason="takeover_answered"`: runs taken over from a dead node answered while the new
+/// owner waited for their acks.
 pub const REPUBLISHES_WITHHELD: &str = "chime_republishes_withheld_total";
+/// 1 while a group's work queue (`queue`: the group's or a zone's) is known to have no
+/// consumer and runs wait in it; 0 once it has one again (see `crate::reconcile`).
+pub const GROUP_WITHOUT_CONSUMER: &str = "chime_group_without_consumer";
 /// Retryable failures given a retry (the run waits out its backoff as `failed`).
 pub const RETRIES_SCHEDULED: &str = "chime_retries_scheduled_total";
 /// Failed runs published again after their backoff.
@@ -256,6 +262,10 @@ fn describe() {
     describe_counter!(
         REPUBLISHES_WITHHELD,
         "Overdue runs not acted on because their confirm was still to be written or their reply may still be queued, by reason."
+    );
+    describe_gauge!(
+        GROUP_WITHOUT_CONSUMER,
+        "1 while a group's work queue has no consumer and runs wait in it, by group and queue."
     );
     describe_counter!(RETRIES, "Failed runs published again after their backoff.");
     describe_counter!(

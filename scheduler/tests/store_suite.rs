@@ -12,7 +12,7 @@ use chime_scheduler::{
     domain::broadcast::ReceiptState,
     domain::{
         DeliveryMode, Job, JobSettings, JobSpec, LiveZones, MisfirePolicy, OverlapPolicy, Run,
-        RunState, RunTrigger, Schedule, Target, duration::HumanDuration, job::limits,
+        RunState, RunTrigger, Schedule, Target, WaitingFor, duration::HumanDuration, job::limits,
         schedule::ScheduleSpec,
     },
     retention::{PruneOutcome, Pruner, RetentionSettings},
@@ -1066,6 +1066,72 @@ async fn a_mark_after_the_replies_leaves_the_runs_as_they_wrote_them(store: &dyn
     assert_eq!(waiting.dispatched_at, Some(confirmed));
 }
 
+async fn await_consumer_moves_the_deadline_without_using_an_attempt(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let runs = dispatched_runs(store, &["a", "b"], now).await;
+    let later = now + Duration::minutes(1);
+    // Acked meanwhile: no longer waits for anything.
+    store
+        .record_ack(&AckMessage {
+            v: PROTOCOL_VERSION,
+            task_id: runs[3],
+            attempt: 1,
+            consumer: "worker-1".into(),
+            acked_at: later,
+        })
+        .await
+        .unwrap();
+    let asked = [
+        (runs[0], 1),
+        // Read as another attempt: left alone.
+        (runs[1], 2),
+        (runs[2], 1),
+        (runs[3], 1),
+        (Uuid::now_v7(), 1),
+    ];
+    let moved = store.await_consumer(&asked, later).await.unwrap();
+    assert_eq!(moved, HashSet::from([runs[0], runs[2]]));
+    for (i, id) in runs.iter().enumerate() {
+        let run = store.get_run(*id).await.unwrap().unwrap();
+        if i == 0 || i == 2 {
+            assert_eq!(
+                (run.state, run.attempt, run.waiting_for),
+                (RunState::Dispatched, 1, Some(WaitingFor::Consumer)),
+                "run {i}"
+            );
+            // Another full ack timeout (30 s) from now, history untouched.
+            assert_eq!(run.due_at, Some(later + Duration::seconds(30)), "run {i}");
+            assert!(run.history.is_empty());
+        } else {
+            assert_eq!(run.waiting_for, None, "run {i}");
+        }
+    }
+    // Once the run moves on, it waits for nothing; dispatched again, it starts afresh.
+    let next = NextAttempt {
+        run_id: runs[0],
+        expect: Expect::exactly(RunState::Dispatched, 1),
+        record: None,
+    };
+    assert_eq!(
+        store.next_attempts(&[next], later).await.unwrap(),
+        HashSet::from([runs[0]])
+    );
+    assert_eq!(
+        store.get_run(runs[0]).await.unwrap().unwrap().waiting_for,
+        None
+    );
+    store
+        .mark_dispatched(&[runs[0]], later + Duration::seconds(1))
+        .await
+        .unwrap();
+    let run = store.get_run(runs[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (run.state, run.attempt, run.waiting_for),
+        (RunState::Dispatched, 2, None)
+    );
+    assert!(store.await_consumer(&[], later).await.unwrap().is_empty());
+}
+
 async fn next_attempts_moves_only_runs_still_as_expected(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let runs = dispatched_runs(store, &["a", "b"], now).await;
@@ -1666,6 +1732,91 @@ async fn an_unpublishable_run_is_given_up_at_its_attempt(store: &dyn Store) {
     assert!(!give_up(1).await.unwrap(), "dead is final");
 }
 
+/// A result for a run already given up leaves it `dead` and shows in its history, once
+/// per attempt; a late success's output is kept.
+async fn a_late_result_for_a_dead_run_is_noted_in_its_history(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let runs = dispatched_runs(store, &["late"], now).await;
+    for id in &runs {
+        store
+            .kill_run(
+                *id,
+                Expect::unfinished(),
+                "not acked within 30s",
+                None,
+                false,
+                now,
+            )
+            .await
+            .unwrap();
+    }
+    let late = |task_id, attempt, outcome| {
+        Reply::Result(ResultMessage {
+            v: PROTOCOL_VERSION,
+            task_id,
+            attempt,
+            consumer: "w2".into(),
+            finished_at: now + Duration::minutes(5),
+            replayed: false,
+            outcome,
+        })
+    };
+    let success = late(
+        runs[0],
+        1,
+        TaskOutcome::Succeeded {
+            output: Some(json!({"done": 3})),
+        },
+    );
+    let failure = late(
+        runs[1],
+        1,
+        TaskOutcome::Failed {
+            error: TaskError {
+                message: "boom".into(),
+                retryable: true,
+                retry_after_ms: None,
+            },
+        },
+    );
+    // The same late success twice (a redelivery) is noted once.
+    let batch = [&success, &failure, &success];
+    let effects = store.record_replies(&batch).await.unwrap();
+    assert!(
+        effects
+            .iter()
+            .all(|(effect, state)| *effect == ReplyEffect::Stale && state.is_none())
+    );
+    let done = store.get_run(runs[0]).await.unwrap().unwrap();
+    assert_eq!(done.state, RunState::Dead);
+    assert_eq!(done.output, Some(json!({"done": 3})));
+    let late_records: Vec<_> = done
+        .history
+        .iter()
+        .filter(|r| r.event.starts_with("late_"))
+        .collect();
+    assert_eq!(late_records.len(), 1, "{:?}", done.history);
+    assert_eq!(
+        (
+            late_records[0].event.as_str(),
+            late_records[0].attempt,
+            late_records[0].consumer.as_deref()
+        ),
+        ("late_success", 1, Some("w2"))
+    );
+    assert_eq!(
+        chime_scheduler::domain::run::late_outcome(&done.history).map(|r| r.event.as_str()),
+        Some("late_success")
+    );
+    let failed = store.get_run(runs[1]).await.unwrap().unwrap();
+    assert_eq!((failed.state, failed.output), (RunState::Dead, None));
+    let record = chime_scheduler::domain::run::late_outcome(&failed.history).unwrap();
+    assert_eq!(
+        (record.event.as_str(), record.error.as_deref()),
+        ("late_failure", Some("boom"))
+    );
+}
+
 async fn replay_revives_only_dead_runs(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let job = Job::new(spec("replayed", json!({"every": "1h"})), now);
@@ -2250,12 +2401,14 @@ store_suite!(
         an_ack_and_its_success_in_one_batch_write_the_run_once,
         a_mark_after_the_replies_leaves_the_runs_as_they_wrote_them,
         next_attempts_moves_only_runs_still_as_expected,
+        await_consumer_moves_the_deadline_without_using_an_attempt,
         runs_page_newest_first,
         manual_runs_and_unconfirmed_runs,
         retryable_failures_retry_after_backoff_then_die,
         deadlines_follow_acks_and_heartbeats,
         replay_revives_only_dead_runs,
         an_unpublishable_run_is_given_up_at_its_attempt,
+        a_late_result_for_a_dead_run_is_noted_in_its_history,
         overlap_forbid_skips_fires_while_a_run_is_unfinished,
         a_job_changed_to_forbid_waits_for_runs_recorded_before,
         queries_filter_by_shard,

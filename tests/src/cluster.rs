@@ -29,6 +29,8 @@ pub struct Cluster {
     pub nodes: Vec<Option<Chimed>>,
     /// The consumer of [`GROUP`].
     pub consumer: TestConsumer,
+    /// More consumers of [`GROUP`] ([`Cluster::add_consumer`]), on default settings.
+    pub more_consumers: Vec<TestConsumer>,
     config: ChimedConfig,
     /// The database (drops after the nodes).
     pub db: TestDatabase,
@@ -73,6 +75,7 @@ impl Cluster {
         let mut cluster = Self {
             nodes: Vec::new(),
             consumer,
+            more_consumers: Vec::new(),
             config,
             db,
             vhost,
@@ -81,6 +84,14 @@ impl Cluster {
             cluster.add_node().await;
         }
         cluster
+    }
+
+    /// Starts one more consumer instance of [`GROUP`] named `instance`, on default
+    /// settings (in-memory idempotency store): a task delivered to it and to another
+    /// instance runs on both, and [`Cluster::handled`] counts it twice.
+    pub async fn add_consumer(&mut self, instance: &str) {
+        let consumer = TestConsumer::start(&self.vhost.amqp_url(), GROUP, instance, &[]).await;
+        self.more_consumers.push(consumer);
     }
 
     /// Starts one more node; returns its slot.
@@ -277,10 +288,11 @@ impl Cluster {
         worst
     }
 
-    /// How many times the handler started for each task.
+    /// How many times the handler started for each task, on every consumer instance.
     pub fn handled(&self) -> HashMap<Uuid, usize> {
         let mut counts = HashMap::new();
-        for event in self.consumer.events_of("started") {
+        let consumers = std::iter::once(&self.consumer).chain(&self.more_consumers);
+        for event in consumers.flat_map(|c| c.events_of("started")) {
             let id: Uuid = event["task_id"].as_str().unwrap().parse().unwrap();
             *counts.entry(id).or_insert(0) += 1;
         }

@@ -25,7 +25,8 @@ pub struct AttemptRecord {
     /// The attempt, from 1.
     pub attempt: u32,
     /// What happened: `failed`, `ack_timeout`, `run_timeout`, `delivery_limit`,
-    /// `rejected` or `replayed`.
+    /// `rejected`, `replayed`, or `late_success` / `late_failure` (a result for a run
+    /// already given up).
     pub event: String,
     /// When the scheduler learnt of it.
     pub at: DateTime<Utc>,

@@ -361,6 +361,10 @@ pub struct RunResponse {
     pub deadline_at: Option<String>,
     /// For a `failed` run: when the next attempt is published.
     pub next_attempt_at: Option<String>,
+    /// For a `dispatched` run: what it waits for while its ack deadline moves on without
+    /// using an attempt (`consumer`: its work queue has no consumer); null otherwise.
+    #[serde(default)]
+    pub waiting_for: Option<crate::domain::WaitingFor>,
     /// Attempts that did not succeed, oldest first.
     pub history: Vec<AttemptRecord>,
     /// The handler's latest progress report.
@@ -530,6 +534,7 @@ impl From<&Run> for RunResponse {
                 .due_at
                 .filter(|_| run.state == RunState::Failed)
                 .map(timestamp),
+            waiting_for: run.waiting_for,
             history: run.history.clone(),
             progress: run.progress.clone(),
             heartbeat_at: run.heartbeat_at.map(timestamp),

@@ -54,6 +54,11 @@ impl ConfirmedPublisher {
         }
     }
 
+    /// The broker's URL (other components of the same service connect to it too).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The open channel, (re)connecting if needed.
     pub async fn channel(&self) -> Result<Channel, lapin::Error> {
         let mut open = self.open.lock().await;

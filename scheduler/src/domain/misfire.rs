@@ -98,6 +98,59 @@ pub fn plan_fires(
     }
 }
 
+/// Which of a job's recorded-but-unpublished scheduled fires still go out when a node
+/// starts or takes over the job's shard at `now` (fires are recorded up to the arming
+/// horizon before their time, so a node that stops after recording them leaves runs
+/// behind that no timer will plan again). `recorded` are their fire times, ascending;
+/// the answer says, for each, whether to publish it (`true`) or to drop it as skipped.
+///
+/// A fire up to `grace` late, or still ahead, always goes out. The late ones are judged
+/// by `policy` as the timer judges missed fires ([`plan_fires`]), counting the missed
+/// fires the timer itself will record for the job (its `next_fire_at` may be late too),
+/// so that one outage gives the policy's fires once, not once from the store and once
+/// from the timer:
+/// - `skip`: none of the late ones;
+/// - `fire_once`: the latest late one, unless a later fire up to `now` goes out anyway
+///   (one recorded within grace, or the one the timer records for its own misfire);
+/// - `catch_up`: the latest late ones, as many as `catch_up_limit` leaves after the
+///   timer's own catch-up fires.
+#[allow(clippy::too_many_arguments)]
+pub fn judge_recorded(
+    recorded: &[DateTime<Utc>],
+    schedule: &Schedule,
+    next_fire_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    policy: MisfirePolicy,
+    catch_up_limit: u32,
+    grace: Duration,
+) -> Vec<bool> {
+    let cutoff = now - grace;
+    let late = recorded.iter().filter(|t| **t < cutoff).count();
+    // What the timer records for the job's own next fire time, if that misfired too.
+    let timer_missed = next_fire_at
+        .map(|due| {
+            let plan = plan_fires(schedule, due, now, now, policy, catch_up_limit, grace);
+            if plan.misfired {
+                plan.fire_times.len()
+            } else {
+                0
+            }
+        })
+        .unwrap_or(0);
+    let later_goes_out = recorded.iter().any(|t| *t >= cutoff && *t <= now) || timer_missed > 0;
+    let keep_late = match policy {
+        MisfirePolicy::Skip => 0,
+        MisfirePolicy::FireOnce => usize::from(!later_goes_out),
+        MisfirePolicy::CatchUp => (catch_up_limit.max(1) as usize).saturating_sub(timer_missed),
+    };
+    recorded
+        .iter()
+        .enumerate()
+        // Late fires are the first `late` (ascending); keep the last `keep_late` of them.
+        .map(|(i, t)| *t >= cutoff || i + keep_late.min(late) >= late)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,6 +414,109 @@ mod tests {
                 prop_assert!(next > t);
                 prop_assert!(next - t <= Duration::minutes(minute_step as i64));
                 t = next;
+            }
+        }
+    }
+
+    mod recorded {
+        use super::*;
+
+        const NOW: &str = "2026-11-21T10:00:30Z";
+
+        /// Five fires recorded a second apart from 10:00:10 (20 s late at `NOW`), and
+        /// one within grace.
+        fn recorded() -> Vec<DateTime<Utc>> {
+            let mut fires: Vec<_> = (10..15)
+                .map(|s| at(&format!("2026-11-21T10:00:{s}Z")))
+                .collect();
+            fires.push(at("2026-11-21T10:00:27Z"));
+            fires
+        }
+
+        fn judge(fires: &[DateTime<Utc>], next: &str, policy: MisfirePolicy) -> Vec<bool> {
+            judge_recorded(fires, &every(1), Some(at(next)), at(NOW), policy, 3, GRACE)
+        }
+
+        #[test]
+        fn skip_drops_every_late_fire() {
+            let kept = judge(&recorded(), "2026-11-21T10:00:31Z", MisfirePolicy::Skip);
+            assert_eq!(kept, [false, false, false, false, false, true]);
+        }
+
+        #[test]
+        fn fire_once_keeps_one_fire_for_the_outage() {
+            // A fire within grace goes out: it is the one fire.
+            let kept = judge(&recorded(), "2026-11-21T10:00:31Z", MisfirePolicy::FireOnce);
+            assert_eq!(kept, [false, false, false, false, false, true]);
+            // Only late fires, and the timer's next fire is ahead: the latest goes out.
+            let late = &recorded()[..5];
+            let kept = judge(late, "2026-11-21T10:00:31Z", MisfirePolicy::FireOnce);
+            assert_eq!(kept, [false, false, false, false, true]);
+            // The timer misfires too and fires once itself: none of these.
+            let kept = judge(late, "2026-11-21T10:00:15Z", MisfirePolicy::FireOnce);
+            assert_eq!(kept, [false; 5]);
+        }
+
+        #[test]
+        fn catch_up_is_bounded_with_the_timer_catch_up_counted() {
+            let late = &recorded()[..5];
+            let kept = judge(late, "2026-11-21T10:00:31Z", MisfirePolicy::CatchUp);
+            assert_eq!(kept, [false, false, true, true, true]);
+            // The timer catches up 3 itself (limit 3): nothing left for these.
+            let kept = judge(late, "2026-11-21T10:00:15Z", MisfirePolicy::CatchUp);
+            assert_eq!(kept, [false; 5]);
+        }
+
+        #[test]
+        fn fires_on_time_or_ahead_always_go_out() {
+            let fires = [at("2026-11-21T10:00:26Z"), at("2026-11-21T10:00:32Z")];
+            for policy in [
+                MisfirePolicy::Skip,
+                MisfirePolicy::FireOnce,
+                MisfirePolicy::CatchUp,
+            ] {
+                assert_eq!(judge(&fires, "2026-11-21T10:00:33Z", policy), [true, true]);
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn never_more_than_the_policy_allows(
+                late in 0usize..20,
+                on_time in 0usize..3,
+                next_late in any::<bool>(),
+                limit in 1u32..6,
+                policy in prop_oneof![
+                    Just(MisfirePolicy::Skip),
+                    Just(MisfirePolicy::FireOnce),
+                    Just(MisfirePolicy::CatchUp),
+                ],
+            ) {
+                let now = at(NOW);
+                let mut fires: Vec<_> = (0..late)
+                    .map(|i| now - Duration::seconds(60 - i as i64))
+                    .collect();
+                fires.extend((0..on_time).map(|i| now - Duration::seconds(i as i64)));
+                fires.sort();
+                let next = if next_late { now - Duration::seconds(10) } else { now + Duration::seconds(1) };
+                let kept = judge_recorded(&fires, &every(1), Some(next), now, policy, limit, GRACE);
+                prop_assert_eq!(kept.len(), fires.len());
+                let cutoff = now - GRACE;
+                let late_kept: Vec<_> = fires.iter().zip(&kept).filter(|(t, k)| **k && **t < cutoff).map(|(t, _)| *t).collect();
+                // Every fire within grace goes out.
+                prop_assert!(fires.iter().zip(&kept).all(|(t, k)| *t < cutoff || *k));
+                let bound = match policy {
+                    MisfirePolicy::Skip => 0,
+                    MisfirePolicy::FireOnce => 1,
+                    MisfirePolicy::CatchUp => limit as usize,
+                };
+                prop_assert!(late_kept.len() <= bound);
+                // The ones kept are the latest late ones.
+                let late_fires: Vec<_> = fires.iter().filter(|t| **t < cutoff).copied().collect();
+                prop_assert_eq!(&late_fires[late_fires.len() - late_kept.len()..], &late_kept[..]);
+                if policy == MisfirePolicy::FireOnce && late > 0 && on_time == 0 && !next_late {
+                    prop_assert_eq!(late_kept.len(), 1);
+                }
             }
         }
     }

@@ -14,8 +14,8 @@ pub mod validation;
 pub use job::{
     DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, OverlapPolicy, Target,
 };
-pub use misfire::{FirePlan, MisfirePolicy, plan_fires};
+pub use misfire::{FirePlan, MisfirePolicy, judge_recorded, plan_fires};
 pub use retry::Backoff;
-pub use run::{Run, RunState, RunTrigger};
+pub use run::{Run, RunState, RunTrigger, WaitingFor};
 pub use schedule::Schedule;
 pub use validation::FieldError;

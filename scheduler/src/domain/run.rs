@@ -14,6 +14,14 @@
 //! dead --(dlq replay: attempt + 1)--> scheduled
 //! ```
 //!
+//! A `dispatched` run whose work queue has no consumer when its ack deadline passes
+//! stays `dispatched` on the same attempt with [`Run::waiting_for`] =
+//! [`WaitingFor::Consumer`]: its task is still in the queue, so the deadline moves on
+//! by another `ack_timeout` instead of using an attempt (see `crate::reconcile`).
+//!
+//! A result that arrives for a run already `dead` does not revive it: the run stays
+//! `dead` and its history gets the late outcome ([`late_record`]).
+//!
 //! Every run in an unfinished state has a `due_at`: when the reconciler acts on it if
 //! nothing else happened first (see [`Run::due_at`]).
 
@@ -24,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Progress, item_run_id};
+use chime_consumer::protocol::{
+    AttemptRecord, DeliveryMode, Progress, ResultMessage, TaskOutcome, item_run_id,
+};
 
 use super::{OverlapPolicy, broadcast::InstanceReceipt};
 
@@ -78,6 +88,71 @@ impl fmt::Display for RunState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Why a `dispatched` run's ack deadline was moved on without using an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingFor {
+    /// Its work queue had no consumer when the ack deadline passed: the task waits in
+    /// the queue for one.
+    Consumer,
+}
+
+impl WaitingFor {
+    /// The name in the API and the stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitingFor::Consumer => "consumer",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        (name == "consumer").then_some(WaitingFor::Consumer)
+    }
+
+    /// What a run in `state` read with `stored` waits for: only a `dispatched` run
+    /// waits (the stores clear the column when a run is dispatched again, and any other
+    /// state means the wait is over).
+    pub fn of(state: RunState, stored: Option<&str>) -> Option<Self> {
+        (state == RunState::Dispatched)
+            .then(|| stored.and_then(Self::parse))
+            .flatten()
+    }
+}
+
+/// The history entry of a result that came for a run already given up (`dead`): the
+/// run stays `dead` (its dead letter was published), and its history shows what the
+/// handler did after all — event `late_success` or `late_failure`, with the attempt,
+/// the consumer, when it finished and, for a failure, its error. The DLQ tools read it
+/// through [`late_outcome`] to tell a dead letter whose work got done.
+pub fn late_record(result: &ResultMessage) -> AttemptRecord {
+    let (event, error) = match &result.outcome {
+        TaskOutcome::Succeeded { .. } => (LATE_SUCCESS, None),
+        TaskOutcome::Failed { error } => (LATE_FAILURE, Some(error.message.clone())),
+    };
+    AttemptRecord {
+        attempt: result.attempt,
+        event: event.into(),
+        at: result.finished_at,
+        consumer: Some(result.consumer.clone()),
+        error,
+        retry_at: None,
+    }
+}
+
+/// [`late_record`]'s event for a late success.
+pub const LATE_SUCCESS: &str = "late_success";
+/// [`late_record`]'s event for a late failure.
+pub const LATE_FAILURE: &str = "late_failure";
+
+/// The latest late outcome in a `dead` run's history (see [`late_record`]), if any.
+pub fn late_outcome(history: &[AttemptRecord]) -> Option<&AttemptRecord> {
+    history
+        .iter()
+        .rev()
+        .find(|r| r.event == LATE_SUCCESS || r.event == LATE_FAILURE)
 }
 
 /// What caused a run.
@@ -174,6 +249,9 @@ pub struct Run {
     /// `broadcast` mode: what each consumer instance did with the current and earlier
     /// attempts (one entry per instance, its latest attempt).
     pub instances: Vec<InstanceReceipt>,
+    /// `dispatched` only: why its ack deadline was moved on without using an attempt
+    /// (its queue had no consumer). None otherwise.
+    pub waiting_for: Option<WaitingFor>,
 }
 
 impl Run {
@@ -216,6 +294,7 @@ impl Run {
             zone: None,
             overlap: OverlapPolicy::Allow,
             instances: Vec::new(),
+            waiting_for: None,
         }
     }
 
@@ -277,5 +356,70 @@ mod tests {
             assert_eq!(RunState::parse(s).unwrap().as_str(), s);
         }
         assert_eq!(RunState::parse("bogus"), None);
+    }
+
+    #[test]
+    fn a_late_result_is_a_history_entry_of_its_own() {
+        let at: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+        let mut result = ResultMessage {
+            v: 1,
+            task_id: Uuid::now_v7(),
+            attempt: 3,
+            consumer: "w2".into(),
+            finished_at: at,
+            replayed: false,
+            outcome: TaskOutcome::Succeeded { output: None },
+        };
+        let success = late_record(&result);
+        assert_eq!(
+            (
+                success.event.as_str(),
+                success.attempt,
+                success.at,
+                success.error
+            ),
+            (LATE_SUCCESS, 3, at, None)
+        );
+        result.outcome = TaskOutcome::Failed {
+            error: chime_consumer::protocol::TaskError {
+                message: "boom".into(),
+                retryable: true,
+                retry_after_ms: None,
+            },
+        };
+        let failure = late_record(&result);
+        assert_eq!(failure.event, LATE_FAILURE);
+        assert_eq!(failure.error.as_deref(), Some("boom"));
+        let timeout = AttemptRecord {
+            event: "ack_timeout".into(),
+            ..failure.clone()
+        };
+        assert_eq!(late_outcome(std::slice::from_ref(&timeout)), None);
+        let history = [
+            failure,
+            timeout,
+            late_record(&ResultMessage {
+                outcome: TaskOutcome::Succeeded { output: None },
+                ..result
+            }),
+        ];
+        assert_eq!(
+            late_outcome(&history).map(|r| r.event.as_str()),
+            Some(LATE_SUCCESS)
+        );
+    }
+
+    #[test]
+    fn only_a_dispatched_run_waits_for_a_consumer() {
+        let consumer = Some(WaitingFor::Consumer);
+        assert_eq!(
+            WaitingFor::of(RunState::Dispatched, Some("consumer")),
+            consumer
+        );
+        assert_eq!(WaitingFor::of(RunState::Dispatched, None), None);
+        assert_eq!(WaitingFor::of(RunState::Dispatched, Some("bogus")), None);
+        for state in [RunState::Scheduled, RunState::Acked, RunState::Dead] {
+            assert_eq!(WaitingFor::of(state, Some("consumer")), None);
+        }
     }
 }

@@ -8,7 +8,10 @@
 //!   armed ahead of their time ([`crate::timer::TimerSettings::arming_horizon`]; the dispatcher holds
 //!   those until then);
 //! - `dispatched` past the ack timeout, or `acked` past the run timeout (heartbeats move
-//!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out;
+//!   it): publish again as attempt + 1, or give it up (`dead`) when attempts ran out —
+//!   except a `dispatched` run whose work queue has no consumer ([`consumers`]): its
+//!   task still waits in the queue, so its ack deadline moves on by another
+//!   `ack_timeout` on the same attempt and it shows `waiting_for: consumer`;
 //! - `failed` whose backoff elapsed: publish the next attempt;
 //! - `dead` with its dead letter pending: publish the dead letter (run, job, reason,
 //!   history) to the group's dead-letter queue, confirmed, then note it;
@@ -26,9 +29,11 @@
 //!
 //! Metrics: `chime_republishes_total{reason}`, `chime_retries_total`,
 //! `chime_dead_runs_total{reason}`, `chime_dead_letters_published_total`,
-//! `chime_republishes_withheld_total{reason}`.
+//! `chime_republishes_withheld_total{reason}`, `chime_group_without_consumer{group,queue}`.
 
+pub mod consumers;
 mod dead_letters;
+mod missed;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -36,11 +41,12 @@ use std::{
     time::Duration,
 };
 
-use chime_consumer::protocol::AttemptRecord;
+use chime_consumer::protocol::{AttemptRecord, topology};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use self::consumers::{ConsumerWatch, Waiting};
 use crate::{
     broker::ConfirmedPublisher,
     cluster::Ownership,
@@ -58,6 +64,13 @@ use crate::{
 const PASS_LIMIT: u32 = 1000;
 /// How far apart two nodes' clocks may be when one takes over the other's armed runs.
 const CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// How long a takeover (or start) pass waits for acks of the previous owner's `scheduled` runs
+/// whose fire time has passed (it may have published them and died before marking them
+/// `dispatched`) before it publishes those that got none: short enough to keep the
+/// failover gap within 3 s (leases expire after 2 s, and a renew interval may pass).
+pub const TAKEOVER_ACK_WAIT: Duration = Duration::from_millis(500);
+/// How often the takeover wait looks whether its runs were answered.
+const TAKEOVER_ACK_POLL: Duration = Duration::from_millis(100);
 
 /// How the reconciler paces itself.
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +83,11 @@ pub struct ReconcileSettings {
     /// ([`crate::timer::TimerSettings::arming_horizon`]): a pass taking over shards collects
     /// `scheduled` runs due up to this long (plus [`CLOCK_SKEW`]) from now.
     pub armed_ahead: Duration,
+    /// How late a fire may be before it is a misfire
+    /// ([`crate::timer::TimerSettings::misfire_grace`]): a start or takeover pass judges
+    /// first-attempt `scheduled` fires later than this by their job's misfire policy
+    /// ([`missed`]).
+    pub misfire_grace: Duration,
 }
 
 /// Why a pass runs.
@@ -113,6 +131,9 @@ pub struct PassReport {
     pub awaiting_replies: usize,
     /// Runs given up in this pass.
     pub killed: usize,
+    /// `dispatched` runs past their ack deadline whose work queue had no consumer: the
+    /// deadline moved on, no attempt used.
+    pub waiting_for_consumer: usize,
     /// Dead letters published and confirmed.
     pub dead_lettered: usize,
 }
@@ -162,6 +183,7 @@ pub struct Reconciler {
     ownership: Ownership,
     replies: ReplyProgress,
     settings: ReconcileSettings,
+    consumers: ConsumerWatch,
 }
 
 impl Reconciler {
@@ -175,7 +197,9 @@ impl Reconciler {
         replies: ReplyProgress,
         settings: ReconcileSettings,
     ) -> Self {
+        let consumers = ConsumerWatch::new(publisher.url());
         Self {
+            consumers,
             store,
             dispatch,
             publisher,
@@ -195,11 +219,29 @@ impl Reconciler {
     /// [`Self::unconfirmed_cutoff`]).
     async fn pass(&self, kind: PassKind, shards: Option<&[u32]>) -> Result<PassReport, StoreError> {
         let unconfirmed = unconfirmed_cutoff(&self.settings, kind);
-        let reason = kind.reason();
         let mut report = PassReport::default();
-        if shards.is_some_and(<[u32]>::is_empty) {
-            return Ok(report);
-        }
+        let mut waiting = BTreeMap::new();
+        let result = if shards.is_some_and(<[u32]>::is_empty) {
+            Ok(())
+        } else {
+            self.walk(kind, shards, unconfirmed, &mut waiting, &mut report)
+                .await
+        };
+        self.consumers.after_pass(waiting).await;
+        result.map(|()| report)
+    }
+
+    /// The pages of a pass (see [`Self::pass`]); the queues whose runs waited for a
+    /// consumer go to `waiting`.
+    async fn walk(
+        &self,
+        kind: PassKind,
+        shards: Option<&[u32]>,
+        unconfirmed: chrono::Duration,
+        waiting: &mut BTreeMap<String, Waiting>,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        let reason = kind.reason();
         let mut cursor = None;
         loop {
             let now = Utc::now();
@@ -221,6 +263,11 @@ impl Reconciler {
             report.examined += count;
             let mut dead = Vec::new();
             let mut advances = Vec::new();
+            let mut holds = Vec::new();
+            let mut missed = Vec::new();
+            let mut maybe_published = Vec::new();
+            let grace = chrono::Duration::from_std(self.settings.misfire_grace)
+                .unwrap_or(chrono::Duration::MAX);
             for item in overdue {
                 if matches!(item.run.state, RunState::Dispatched | RunState::Acked)
                     && item.run.due_at.is_some_and(|due| due > judged_until)
@@ -235,7 +282,7 @@ impl Reconciler {
                 {
                     // Judged as of the collector's progress: an instance's receipt or
                     // heartbeat may still be queued.
-                    self.settle_broadcast(item, judged_until, &mut report, &mut dead)
+                    self.settle_broadcast(item, judged_until, report, &mut dead)
                         .await?;
                     continue;
                 }
@@ -247,32 +294,44 @@ impl Reconciler {
                             .increment(1);
                         report.awaiting_mark += 1;
                     }
+                    // Left behind by a node that stopped after recording it ahead: judged
+                    // by the job's misfire policy below.
+                    RunState::Scheduled
+                        if matches!(kind, PassKind::Start | PassKind::Takeover)
+                            && missed::is_missed(&item, now, grace) =>
+                    {
+                        missed.push(item)
+                    }
+                    // The previous owner (or this node's previous process) may have
+                    // published it and died before marking it: wait briefly for its ack.
+                    RunState::Scheduled
+                        if matches!(kind, PassKind::Start | PassKind::Takeover)
+                            && item.run.fire_time <= now =>
+                    {
+                        maybe_published.push(item)
+                    }
                     RunState::Scheduled => {
                         metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
                         self.dispatch.resubmit([item.job.task_message(&item.run)]);
                         report.count_republished(reason);
                     }
+                    RunState::Dispatched if self.nobody_consumes(&item).await => {
+                        let queue = run_queue(&item).unwrap_or_default();
+                        let seen = waiting.entry(queue).or_insert_with(|| Waiting {
+                            group: item.job.spec.settings.target.group.clone(),
+                            jobs: Default::default(),
+                        });
+                        seen.jobs
+                            .insert(format!("{}/{}", item.job.spec.app, item.job.spec.name));
+                        holds.push((item.run.id, item.run.attempt));
+                    }
                     RunState::Dispatched => {
-                        self.timed_out(
-                            item,
-                            Missed::Ack,
-                            now,
-                            &mut report,
-                            &mut advances,
-                            &mut dead,
-                        )
-                        .await?
+                        self.timed_out(item, Missed::Ack, now, report, &mut advances, &mut dead)
+                            .await?
                     }
                     RunState::Acked => {
-                        self.timed_out(
-                            item,
-                            Missed::Run,
-                            now,
-                            &mut report,
-                            &mut advances,
-                            &mut dead,
-                        )
-                        .await?
+                        self.timed_out(item, Missed::Run, now, report, &mut advances, &mut dead)
+                            .await?
                     }
                     // A failed run's backoff elapsed: publish the next attempt.
                     RunState::Failed => advances.push(Advance {
@@ -284,7 +343,20 @@ impl Reconciler {
                     RunState::Succeeded => {}
                 }
             }
-            self.advance(advances, now, &mut report).await?;
+            let mut publish = missed::judge(self.store.as_ref(), missed, now, grace).await?;
+            publish.extend(self.unanswered(maybe_published).await?);
+            for item in publish {
+                metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
+                self.dispatch.resubmit([item.job.task_message(&item.run)]);
+                report.count_republished(reason);
+            }
+            self.advance(advances, now, report).await?;
+            if !holds.is_empty() {
+                let held = self.store.await_consumer(&holds, now).await?.len();
+                metrics::counter!(telemetry::REPUBLISHES_WITHHELD, "reason" => "no_consumer")
+                    .increment(held as u64);
+                report.waiting_for_consumer += held;
+            }
             report.dead_lettered += dead_letters::publish(
                 self.store.as_ref(),
                 &self.publisher,
@@ -292,9 +364,10 @@ impl Reconciler {
                 dead,
             )
             .await?;
-            if report.republished() + report.killed > 0 {
+            if report.republished() + report.killed + report.waiting_for_consumer > 0 {
                 info!(
                     examined = report.examined,
+                    waiting_for_consumer = report.waiting_for_consumer,
                     republished = report.republished(),
                     awaiting_mark = report.awaiting_mark,
                     awaiting_replies = report.awaiting_replies,
@@ -316,8 +389,56 @@ impl Reconciler {
             ) == before;
             let walk_all = kind != PassKind::Periodic;
             if count < PASS_LIMIT as usize || cursor.is_none() || !(walk_all || moved_on) {
-                return Ok(report);
+                return Ok(());
             }
+        }
+    }
+
+    /// Of the previous owner's `scheduled` runs whose fire time has passed (found by a
+    /// takeover or start pass), those still `scheduled` after waiting up to
+    /// [`TAKEOVER_ACK_WAIT`] for their acks: a task the dead node published reaches a
+    /// live consumer within milliseconds, and its ack makes the run `acked`; publishing
+    /// it again would hand a second copy to another instance, whose idempotency store
+    /// (in memory by default) may not know it. Those answered meanwhile are counted in
+    /// `chime_republishes_withheld_total{reason="takeover_answered"}`.
+    async fn unanswered(&self, items: Vec<OverdueRun>) -> Result<Vec<OverdueRun>, StoreError> {
+        if items.is_empty() {
+            return Ok(items);
+        }
+        let ids: Vec<uuid::Uuid> = items.iter().map(|i| i.run.id).collect();
+        let deadline = tokio::time::Instant::now() + TAKEOVER_ACK_WAIT;
+        let mut still = self.store.scheduled_runs(&ids).await?;
+        while !still.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(
+                TAKEOVER_ACK_POLL
+                    .min(deadline.saturating_duration_since(tokio::time::Instant::now())),
+            )
+            .await;
+            let left: Vec<uuid::Uuid> = still.iter().copied().collect();
+            still = self.store.scheduled_runs(&left).await?;
+        }
+        let answered = items.len() - still.len();
+        if answered > 0 {
+            metrics::counter!(telemetry::REPUBLISHES_WITHHELD, "reason" => "takeover_answered")
+                .increment(answered as u64);
+            info!(
+                answered,
+                left = still.len(),
+                "runs taken over were answered while waiting; not publishing them again"
+            );
+        }
+        Ok(items
+            .into_iter()
+            .filter(|i| still.contains(&i.run.id))
+            .collect())
+    }
+
+    /// Whether `item`'s work queue is known to have no consumer (a broadcast run has no
+    /// work queue: see [`consumers`]).
+    async fn nobody_consumes(&self, item: &OverdueRun) -> bool {
+        match run_queue(item) {
+            Some(queue) => self.consumers.has_none(&queue).await,
+            None => false,
         }
     }
 
@@ -479,6 +600,7 @@ impl Reconciler {
             tokio::select! {
                 () = cancel.cancelled() => {
                     self.publisher.close().await;
+                    self.consumers.close().await;
                     return;
                 }
                 () = tokio::time::sleep_until(next_pass) => {}
@@ -500,6 +622,16 @@ impl Reconciler {
             metrics::counter!(telemetry::STORE_ERRORS, "operation" => "reconcile").increment(1);
         }
         result.is_ok()
+    }
+}
+
+/// The work queue that holds `item`'s task (None for a broadcast run).
+fn run_queue(item: &OverdueRun) -> Option<String> {
+    let group = &item.job.spec.settings.target.group;
+    match (item.run.mode, item.run.zone.as_deref()) {
+        (DeliveryMode::Broadcast, _) => None,
+        (DeliveryMode::Zone, Some(zone)) => Some(topology::zone_queue(group, zone)),
+        _ => Some(topology::group_queue(group)),
     }
 }
 
@@ -549,6 +681,7 @@ mod tests {
                 republish_after: Duration::from_secs(10),
                 interval: Duration::from_secs(1),
                 armed_ahead: arming_horizon(fire_ahead),
+                misfire_grace: Duration::from_secs(5),
             };
             // One fire transaction records up to the horizon, past `fire_ahead` itself.
             let armed = chrono::Duration::from_std(arming_horizon(fire_ahead)).unwrap();

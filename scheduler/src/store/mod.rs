@@ -17,7 +17,8 @@ macro_rules! run_columns {
     () => {
         "id, job_id, fire_time, shard, shard_total, attempt, state, trigger, payload, created_at, \
          dispatched_at, acked_at, finished_at, consumer, output, error, fired_by, ack_timeout_ms, \
-         run_timeout_ms, due_at, history, progress, heartbeat_at, mode, zone, instances, overlap"
+         run_timeout_ms, due_at, history, progress, heartbeat_at, mode, zone, instances, overlap, \
+         waiting_for"
     };
 }
 
@@ -515,6 +516,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Notes that a dead run's dead letter was confirmed by the broker.
     async fn mark_dead_lettered(&self, run_id: Uuid) -> Result<(), StoreError>;
+
+    /// For each `(run, attempt)` still `dispatched` at that attempt: moves its ack
+    /// deadline to `now` + its `ack_timeout` without using an attempt and notes that it
+    /// waits for a consumer ([`crate::domain::WaitingFor::Consumer`]): its work queue
+    /// had none, so its task is still queued. Returns the runs it moved.
+    async fn await_consumer(
+        &self,
+        runs: &[(Uuid, u32)],
+        now: DateTime<Utc>,
+    ) -> Result<HashSet<Uuid>, StoreError>;
 
     /// Revives a `dead` run for a replay from a dead-letter queue: `scheduled` as
     /// attempt + 1, with a `replayed` entry in its history (a conditional

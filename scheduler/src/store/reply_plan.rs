@@ -164,6 +164,9 @@ pub(crate) enum SingleWrite<'a> {
     Presence(&'a PresenceMessage),
     /// An observer registering its patterns.
     Observe(&'a ObserveMessage),
+    /// A result for a run already `dead`: noted in its history
+    /// ([`crate::domain::run::late_record`]); the run stays `dead`.
+    Late(&'a ResultMessage),
 }
 
 /// How one round is written, and what each of its replies did.
@@ -221,6 +224,9 @@ pub(crate) fn plan_round<'a>(
                 run => plan.decided.push((index, (not_applied(run), None))),
             },
             Reply::Result(result) => match facts.get(&result.task_id) {
+                Some(run) if run.mode != DeliveryMode::Broadcast && run.state == RunState::Dead => {
+                    plan.singles.push((index, SingleWrite::Late(result)));
+                }
                 Some(run) if run.mode != DeliveryMode::Broadcast => {
                     // After its paired ack the run is acked.
                     let state = if paired.is_some() {

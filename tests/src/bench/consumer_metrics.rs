@@ -65,6 +65,25 @@ pub fn ack_frames_since_last() -> Option<AckFrames> {
     Some(frames)
 }
 
+/// Deliveries the consumer library answered from its idempotency store instead of
+/// running the handler (`chime_consumer_replayed_total`: a task id it had already run,
+/// delivered again) since the last snapshot, or `None` when no recorder is installed.
+/// Snapshots hand counters out and reset them, so this resets the ack frame counts too.
+pub fn replayed_since_last() -> Option<u64> {
+    let snapshot = SNAPSHOTTER.get()?.snapshot();
+    Some(
+        snapshot
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == "chime_consumer_replayed_total")
+            .filter_map(|(.., value)| match value {
+                DebugValue::Counter(count) => Some(count),
+                _ => None,
+            })
+            .sum(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

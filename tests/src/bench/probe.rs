@@ -156,24 +156,35 @@ impl Probe {
         window: (DateTime<Utc>, DateTime<Utc>),
         expected: usize,
     ) -> Vec<Receipt> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let receipts = self.receipts();
-            let done = receipts
-                .iter()
-                .filter(|r| r.fire_time >= window.0 && r.fire_time < window.1)
-                .count();
-            if done >= expected || tokio::time::Instant::now() >= deadline {
-                return receipts;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        drain_all(std::slice::from_ref(self), window, expected).await
     }
 
     /// Stops consuming.
     pub async fn stop(self) {
         self.cancel.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(20), self.task).await;
+    }
+}
+
+/// Waits (up to 30 s) until `expected` tasks fired in `window` were consumed by `probes`
+/// together (several instances of one group), so the window's last fires drain through;
+/// returns every receipt of all of them.
+pub async fn drain_all(
+    probes: &[Probe],
+    window: (DateTime<Utc>, DateTime<Utc>),
+    expected: usize,
+) -> Vec<Receipt> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let receipts: Vec<Receipt> = probes.iter().flat_map(Probe::receipts).collect();
+        let done = receipts
+            .iter()
+            .filter(|r| r.fire_time >= window.0 && r.fire_time < window.1)
+            .count();
+        if done >= expected || tokio::time::Instant::now() >= deadline {
+            return receipts;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -14,6 +14,7 @@ mod dlq_cli;
 mod duplicates;
 mod http_edges;
 mod long_names;
+mod no_consumer;
 mod outage;
 mod quiet_log;
 mod restart;

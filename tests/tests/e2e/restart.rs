@@ -1,5 +1,7 @@
-//! chimed restarted while jobs are due: missed fires follow each job's misfire policy, and
-//! no fire is recorded twice.
+//! chimed restarted while jobs are due (after a SIGKILL, or a clean stop): missed fires
+//! follow each job's misfire policy — fires recorded ahead of their time before the
+//! stop included (issue 34 §2), judged by when each run was published — and no fire is
+//! recorded twice.
 
 use std::{collections::HashSet, time::Duration};
 
@@ -17,6 +19,19 @@ fn time(v: &Value) -> DateTime<Utc> {
 }
 
 async fn missed_fires_follow_the_misfire_policy(kind: StoreKind) {
+    missed_fires_after(kind, true).await;
+}
+
+async fn missed_fires_follow_the_misfire_policy_after_a_clean_stop(kind: StoreKind) {
+    missed_fires_after(kind, false).await;
+}
+
+/// `dispatched_at` (the confirm, or the ack that came first) less `fire_time`.
+fn publish_delay(run: &Value) -> chrono::Duration {
+    time(&run["dispatched_at"]) - time(&run["fire_time"])
+}
+
+async fn missed_fires_after(kind: StoreKind, sigkill: bool) {
     let s = Setup::with_env(kind, &[("CHIME_MISFIRE_GRACE", "1s")]).await;
     let _consumer = TestConsumer::start(&s.vhost.amqp_url(), "workers", "w1", &[]).await;
     let api = s.chimed.api.clone();
@@ -45,7 +60,12 @@ async fn missed_fires_follow_the_misfire_policy(kind: StoreKind) {
 
     let (config, port) = (s.chimed.config().clone(), s.chimed.port());
     let Setup { chimed, db, vhost } = s;
-    chimed.kill().await;
+    let stopped_at = Utc::now();
+    if sigkill {
+        chimed.kill().await;
+    } else {
+        chimed.stop().await;
+    }
     // The outage itself: fires come due while no scheduler runs.
     tokio::time::sleep(Duration::from_millis(6_000)).await;
     let restarted_at = Utc::now();
@@ -125,23 +145,73 @@ async fn missed_fires_follow_the_misfire_policy(kind: StoreKind) {
             in_outage, 0,
             "{policy}: missed fires beyond the policy are not recorded"
         );
-        wait::until(
-            "every fire to be handled",
+        // Every fire up to then ran, or was skipped by the policy: only a fire recorded
+        // ahead before the stop, judged when the restarted node found it.
+        let runs = wait::until(
+            "every fire to be handled or skipped",
             Duration::from_secs(20),
             || async {
                 let runs = api.runs(id).await;
                 runs.iter()
                     .filter(|r| time(&r["fire_time"]) <= latest_due)
-                    .all(|r| r["state"] == "succeeded")
-                    .then_some(())
+                    .all(|r| r["state"] == "succeeded" || r["state"] == "dead")
+                    .then_some(runs)
             },
         )
         .await;
+        let grace = chrono::Duration::seconds(1);
+        let (mut late, mut in_outage) = (0, 0);
+        for run in runs.iter().filter(|r| time(&r["fire_time"]) <= latest_due) {
+            if run["state"] == "dead" {
+                let error = run["error"].as_str().unwrap_or_default();
+                assert!(error.starts_with("skipped:"), "{policy}: {run}");
+                assert!(time(&run["created_at"]) < restarted_at, "{policy}: {run}");
+                assert!(
+                    time(&run["fire_time"]) < restarted_at - grace,
+                    "{policy}: {run}"
+                );
+                assert_eq!(run["history"][0]["event"], "misfire_skipped", "{run}");
+                continue;
+            }
+            if publish_delay(run) > grace + chrono::Duration::milliseconds(1500) {
+                late += 1;
+            }
+            let fire_time = time(&run["fire_time"]);
+            // (A clean stop may still publish fires it recorded ahead: not misfires.)
+            let published_after = time(&run["dispatched_at"]) >= restarted_at;
+            if published_after && fire_time > stopped_at && fire_time < restarted_at - grace {
+                in_outage += 1;
+            }
+        }
+        // Runs published after the restart for fires of the outage more than the grace
+        // before it: recorded ahead before the stop, or by the timer's misfire plan.
+        let bound = match *policy {
+            "skip" => 0,
+            "fire_once" => 1,
+            _ => 3,
+        };
+        assert!(
+            in_outage <= bound,
+            "{policy}: {in_outage} fires of the outage ran: {runs:#?}"
+        );
+        // Judged by publish time, every run counts, those recorded before the stop too.
+        match *policy {
+            "skip" => assert_eq!(late, 0, "skip: no fire published late: {runs:#?}"),
+            "fire_once" => assert!(late <= 1, "fire_once: one late fire at most: {runs:#?}"),
+            "catch_up" => assert!(
+                late <= 3,
+                "catch_up: at most catch_up_limit late: {runs:#?}"
+            ),
+            other => unreachable!("{other}"),
+        }
     }
     drop((chimed, db, vhost));
 }
 
-per_store!(missed_fires_follow_the_misfire_policy);
+per_store!(
+    missed_fires_follow_the_misfire_policy,
+    missed_fires_follow_the_misfire_policy_after_a_clean_stop
+);
 
 /// SIGTERM: chimed stops firing, confirms what it recorded, and exits 0; nothing it
 /// recorded that was due before the signal is left unpublished. Fires armed ahead of

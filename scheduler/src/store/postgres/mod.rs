@@ -28,7 +28,7 @@ use super::{
 use crate::cluster::shard_of;
 use crate::domain::broadcast::InstanceReceipt;
 use crate::domain::{
-    Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger,
+    Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger, WaitingFor,
 };
 
 /// A shard list as a PostgreSQL `int[]`; `None` means every shard.
@@ -199,6 +199,14 @@ fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
             .try_get::<Json<Vec<InstanceReceipt>>, _>("instances")
             .map_err(|e| corrupt(&what, e))?
             .0,
+        waiting_for: RunState::parse(&state).and_then(|state| {
+            WaitingFor::of(
+                state,
+                row.try_get::<Option<String>, _>("waiting_for")
+                    .ok()?
+                    .as_deref(),
+            )
+        }),
     })
 }
 
@@ -719,7 +727,7 @@ impl Store for PostgresStore {
                 continue;
             }
             sqlx::query(
-                "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL,
+                "UPDATE runs SET state = 'dispatched', dispatched_at = $2, error = NULL, waiting_for = NULL,
                      due_at = $2 + ack_timeout_ms * interval '1 millisecond'
                  FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked
                  WHERE runs.id = ANY($1) AND runs.id = locked.id AND runs.state = 'scheduled'",
@@ -866,6 +874,36 @@ impl Store for PostgresStore {
             moved.extend(next_attempts_of(&mut tx, part, now).await?);
         }
         tx.commit().await?;
+        Ok(moved)
+    }
+
+    async fn await_consumer(
+        &self,
+        runs: &[(Uuid, u32)],
+        now: DateTime<Utc>,
+    ) -> Result<HashSet<Uuid>, StoreError> {
+        let mut sorted = runs.to_vec();
+        sorted.sort_unstable();
+        let mut moved = HashSet::with_capacity(sorted.len());
+        for part in sorted.chunks(MAX_SET_ROWS) {
+            let (ids, attempts): (Vec<Uuid>, Vec<i32>) =
+                part.iter().map(|&(id, a)| (id, a as i32)).unzip();
+            let rows: Vec<Uuid> = sqlx::query_scalar(
+                "UPDATE runs r SET waiting_for = 'consumer',
+                     due_at = $3 + r.ack_timeout_ms * interval '1 millisecond'
+                 FROM (SELECT id FROM runs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked,
+                      UNNEST($1::uuid[], $2::int[]) AS w(id, attempt)
+                 WHERE r.id = ANY($1) AND r.id = locked.id AND w.id = locked.id
+                   AND r.state = 'dispatched' AND r.attempt = w.attempt
+                 RETURNING r.id",
+            )
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?;
+            moved.extend(rows);
+        }
         Ok(moved)
     }
 

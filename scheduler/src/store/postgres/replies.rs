@@ -201,6 +201,10 @@ async fn write_single(
             record_observer(conn, observe).await?;
             (ReplyEffect::Applied, None)
         }
+        SingleWrite::Late(result) => {
+            record_late_result(conn, result).await?;
+            (ReplyEffect::Stale, None)
+        }
     })
 }
 
@@ -324,4 +328,33 @@ async fn reply_effect(
         .fetch_optional(conn)
         .await?;
     Ok(ReplyEffect::not_applied(mode.as_deref()))
+}
+
+/// A result for a run already `dead`: its history gets the late outcome once per
+/// attempt (a redelivered result adds nothing), and a late success's output is kept if
+/// the run has none. The run stays `dead`.
+async fn record_late_result(
+    conn: &mut PgConnection,
+    result: &ResultMessage,
+) -> Result<(), StoreError> {
+    let record = crate::domain::run::late_record(result);
+    let output = match &result.outcome {
+        TaskOutcome::Succeeded { output } => output.clone(),
+        TaskOutcome::Failed { .. } => None,
+    };
+    sqlx::query(
+        "UPDATE runs SET history = history || jsonb_build_array($2::jsonb),
+             output = COALESCE(output, $3)
+         WHERE id = $1 AND state = 'dead'
+           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(history) AS h
+                           WHERE h->>'event' IN ('late_success', 'late_failure')
+                             AND (h->>'attempt')::int = $4)",
+    )
+    .bind(result.task_id)
+    .bind(Json(&record))
+    .bind(output)
+    .bind(result.attempt as i32)
+    .execute(conn)
+    .await?;
+    Ok(())
 }

@@ -28,7 +28,7 @@ use super::{
 };
 use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{
-    Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger,
+    Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger, WaitingFor,
 };
 
 /// The reconciler's filter: `due_at` past (`?1`; `scheduled` runs: past `?2`, which may be
@@ -259,6 +259,14 @@ fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
             OverlapPolicy::parse(&name)
                 .ok_or_else(|| corrupt(&what, format!("overlap {name:?}")))?
         },
+        waiting_for: RunState::parse(&state).and_then(|state| {
+            WaitingFor::of(
+                state,
+                row.try_get::<Option<String>, _>("waiting_for")
+                    .ok()?
+                    .as_deref(),
+            )
+        }),
     })
 }
 
@@ -321,7 +329,7 @@ async fn insert_runs(conn: &mut SqliteConnection, runs: &[Run]) -> Result<Vec<bo
              value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, \
              value ->> 12, value ->> 13, value ->> 14, value ->> 15, value ->> 16, value ->> 17, \
              value ->> 18, value ->> 19, value ->> 20, value ->> 21, value ->> 22, value ->> 23, \
-             value ->> 24, value ->> 25, value ->> 26 \
+             value ->> 24, value ->> 25, value ->> 26, NULL \
              FROM jsonb_each(?) WHERE true ON CONFLICT (id) DO NOTHING"
         ))
         .bind(Value::Array(new).to_string())
@@ -693,7 +701,7 @@ impl Store for SqliteStore {
         let ids = serde_json::to_string(&run_ids).expect("uuids serialise");
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query(
-            "UPDATE runs SET state = 'dispatched', dispatched_at = ?1, error = NULL,
+            "UPDATE runs SET state = 'dispatched', dispatched_at = ?1, error = NULL, waiting_for = NULL,
                  due_at = ?1 + ack_timeout_ms
              WHERE id IN (SELECT value FROM json_each(?2)) AND state = 'scheduled'",
         )
@@ -855,6 +863,36 @@ impl Store for SqliteStore {
         moved
             .into_iter()
             .map(|id| id.parse().map_err(|e| corrupt(format!("run {id}"), e)))
+            .collect()
+    }
+
+    async fn await_consumer(
+        &self,
+        runs: &[(Uuid, u32)],
+        now: DateTime<Utc>,
+    ) -> Result<HashSet<Uuid>, StoreError> {
+        if runs.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let rows: Vec<(String, u32)> = runs.iter().map(|&(id, a)| (id.to_string(), a)).collect();
+        let rows = serde_json::to_string(&rows).expect("pairs serialise");
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let moved: Vec<String> = sqlx::query_scalar(
+            "UPDATE runs SET waiting_for = 'consumer', due_at = ?2 + ack_timeout_ms
+             WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(?1))
+               AND state = 'dispatched'
+               AND attempt = (SELECT json_extract(value, '$[1]') FROM json_each(?1)
+                              WHERE json_extract(value, '$[0]') = runs.id)
+             RETURNING id",
+        )
+        .bind(rows)
+        .bind(ms(now))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        moved
+            .iter()
+            .map(|id| uuid(&format!("run {id}"), id))
             .collect()
     }
 

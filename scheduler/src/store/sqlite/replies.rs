@@ -173,6 +173,10 @@ async fn write_single(
             record_observer(conn, observe).await?;
             (ReplyEffect::Applied, None)
         }
+        SingleWrite::Late(result) => {
+            record_late_result(conn, result).await?;
+            (ReplyEffect::Stale, None)
+        }
     })
 }
 
@@ -300,4 +304,33 @@ async fn reply_effect(
         .fetch_optional(conn)
         .await?;
     Ok(ReplyEffect::not_applied(mode.as_deref()))
+}
+
+/// A result for a run already `dead`: its history gets the late outcome once per
+/// attempt (a redelivered result adds nothing), and a late success's output is kept if
+/// the run has none. The run stays `dead`.
+async fn record_late_result(
+    conn: &mut SqliteConnection,
+    result: &ResultMessage,
+) -> Result<(), StoreError> {
+    let record = crate::domain::run::late_record(result);
+    let output = match &result.outcome {
+        TaskOutcome::Succeeded { output } => output.as_ref().map(|o| o.to_string()),
+        TaskOutcome::Failed { .. } => None,
+    };
+    sqlx::query(
+        "UPDATE runs SET history = json_insert(history, '$[#]', json(?2)),
+             output = COALESCE(output, ?3)
+         WHERE id = ?1 AND state = 'dead'
+           AND NOT EXISTS (SELECT 1 FROM json_each(runs.history) AS h
+                           WHERE json_extract(h.value, '$.event') IN ('late_success', 'late_failure')
+                             AND json_extract(h.value, '$.attempt') = ?4)",
+    )
+    .bind(result.task_id.to_string())
+    .bind(serde_json::to_string(&record).expect("records serialise"))
+    .bind(output)
+    .bind(result.attempt)
+    .execute(conn)
+    .await?;
+    Ok(())
 }

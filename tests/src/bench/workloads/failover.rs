@@ -1,6 +1,10 @@
 //! W4, failover: three chimed nodes on PostgreSQL with their default lease settings and
-//! `m` jobs firing every second; one node gets SIGKILL. Measures the gap (the longest
-//! interval without a published fire for the dead node's jobs), lost fires and duplicates.
+//! `m` jobs firing every second, consumed by three consumer instances with the library's
+//! default in-memory idempotency store; one node gets SIGKILL. Measures the gap (the
+//! longest interval without a published fire for the dead node's jobs), lost fires,
+//! duplicate handler runs (one task run by two instances: an error) and duplicate
+//! publishes (`duplicate_publishes`: every task delivered again, whether another instance
+//! ran it or the same instance answered it from its idempotency store).
 
 use std::{collections::HashSet, time::Duration};
 
@@ -13,8 +17,8 @@ use chime_scheduler::cluster::shard_of;
 use crate::{
     Chimed,
     bench::{
-        Backend,
-        probe::{Probe, ms_between},
+        Backend, consumer_metrics,
+        probe::{Probe, drain_all, duplicate_runs, ms_between},
         progress::Progress,
         report::Outcome,
         stage::{GROUP, Stage},
@@ -27,6 +31,8 @@ use crate::{
 use super::{Shortfall, account_fires, bench_job, lateness, to_ms};
 
 const NODES: usize = 3;
+/// Consumer instances, each with its own in-memory idempotency store.
+const CONSUMERS: usize = 3;
 /// Largest gap that meets the target.
 const TARGET_GAP_S: f64 = 3.0;
 
@@ -50,7 +56,9 @@ pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
             |i| base + chrono::Duration::milliseconds((i as i64 * 1000) / m as i64),
         )
         .await?;
-    let probe = Probe::start(&stage.vhost.amqp_url(), GROUP, "probe");
+    let probes: Vec<Probe> = (1..=CONSUMERS)
+        .map(|i| Probe::start(&stage.vhost.amqp_url(), GROUP, &format!("probe-{i}")))
+        .collect();
     let mut nodes: Vec<Option<Chimed>> = Vec::new();
     for _ in 0..NODES {
         nodes.push(Some(stage.start_chimed().await));
@@ -69,6 +77,8 @@ pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
     // The workload's measured phases: steady firing before and after the kill.
     tokio::time::sleep(Duration::from_secs(before.into())).await;
 
+    // Counted from the kill on.
+    consumer_metrics::replayed_since_last();
     let victim = nodes[1].take().expect("node 1");
     let victim_id = victim.node_id().await;
     let shard_count = status["shard_count"].as_u64().unwrap_or(0) as u32;
@@ -84,9 +94,12 @@ pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
     let seconds = (Utc::now() - chrono::Duration::seconds(2) - start).num_seconds();
     let end = start + chrono::Duration::seconds(seconds);
     let expected = m * seconds as usize;
-    let receipts = probe.drain_window((start, end), expected).await;
+    let receipts = drain_all(&probes, (start, end), expected).await;
+    let replayed = consumer_metrics::replayed_since_last();
     let records = stage.db.runs_between(start, end).await?;
-    probe.stop().await;
+    for probe in probes {
+        probe.stop().await;
+    }
     for node in nodes.into_iter().flatten() {
         node.stop().await;
     }
@@ -105,6 +118,11 @@ pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
         .filter(|r| r.fire_time >= start && r.fire_time < end)
         .collect();
     lateness(&mut outcome, &window);
+    let cross_instance = duplicate_runs(&window);
+    outcome.metric(
+        "duplicate_publishes",
+        replayed.map(|same_instance| same_instance as usize + cross_instance),
+    );
     let orphaned: Vec<_> = window
         .iter()
         .filter(|r| victim_shards.contains(&shard_of(r.job_id, shard_count)))

@@ -1,0 +1,97 @@
+//! Fires recorded ahead of their time but never published, found when this node starts
+//! or takes over their shard more than `misfire_grace` after their fire time (the node
+//! that recorded them stopped in between): judged by their job's misfire policy like any
+//! other missed fire ([`crate::domain::judge_recorded`]), not published as if on time.
+//! A fire the policy drops becomes `dead` with the reason (error `skipped: ...`, history
+//! event `misfire_skipped`) and no dead letter; counted in
+//! `chime_fires_skipped_total{reason="misfire"}`.
+
+use std::collections::BTreeMap;
+
+use chime_consumer::protocol::AttemptRecord;
+use chrono::{DateTime, Utc};
+use tracing::info;
+use uuid::Uuid;
+
+use crate::{
+    domain::{RunState, RunTrigger, judge_recorded},
+    store::{Expect, OverdueRun, Store, StoreError},
+    telemetry,
+};
+
+/// Whether `item` is a first-attempt scheduled fire more than `grace` late at `now`.
+pub fn is_missed(item: &OverdueRun, now: DateTime<Utc>, grace: chrono::Duration) -> bool {
+    item.run.state == RunState::Scheduled
+        && item.run.trigger == RunTrigger::Schedule
+        && item.run.attempt == 1
+        && item.run.fire_time < now - grace
+}
+
+/// Judges `missed` (see [`is_missed`]) per job at `now`: drops those the policy drops
+/// (recorded as skipped) and returns those to publish.
+pub async fn judge(
+    store: &dyn Store,
+    missed: Vec<OverdueRun>,
+    now: DateTime<Utc>,
+    grace: chrono::Duration,
+) -> Result<Vec<OverdueRun>, StoreError> {
+    let mut by_job: BTreeMap<Uuid, Vec<OverdueRun>> = BTreeMap::new();
+    for item in missed {
+        by_job.entry(item.job.id).or_default().push(item);
+    }
+    let mut publish = Vec::new();
+    for (_, mut items) in by_job {
+        // Items of a sharded fire share a fire time: judge fire times, not runs.
+        items.sort_by_key(|item| (item.run.fire_time, item.run.shard));
+        let mut times: Vec<DateTime<Utc>> = items.iter().map(|i| i.run.fire_time).collect();
+        times.dedup();
+        let Some(job) = items.first().map(|item| item.job.clone()) else {
+            continue;
+        };
+        let settings = &job.spec.settings;
+        let keep = judge_recorded(
+            &times,
+            &settings.schedule,
+            job.next_fire_at,
+            now,
+            settings.misfire,
+            settings.catch_up_limit,
+            grace,
+        );
+        let kept: BTreeMap<DateTime<Utc>, bool> = times.into_iter().zip(keep).collect();
+        let policy = settings.misfire.as_str();
+        metrics::counter!(telemetry::MISFIRES, "policy" => policy).increment(1);
+        let mut skipped = 0;
+        for item in items {
+            if kept.get(&item.run.fire_time).copied().unwrap_or(true) {
+                publish.push(item);
+                continue;
+            }
+            let late_s = (now - item.run.fire_time).num_milliseconds() as f64 / 1000.0;
+            let reason = format!(
+                "skipped: recorded ahead but not published; {late_s:.1}s late when this node took it over (misfire policy {policy})"
+            );
+            let record = AttemptRecord {
+                attempt: item.run.attempt,
+                event: "misfire_skipped".into(),
+                at: now,
+                consumer: None,
+                error: Some(reason.clone()),
+                retry_at: None,
+            };
+            let expect = Expect::exactly(RunState::Scheduled, item.run.attempt);
+            if store
+                .kill_run(item.run.id, expect, &reason, Some(&record), true, now)
+                .await?
+            {
+                skipped += 1;
+            }
+        }
+        if skipped > 0 {
+            metrics::counter!(telemetry::FIRES_SKIPPED, "reason" => "misfire").increment(skipped);
+            info!(job = %format!("{}/{}", job.spec.app, job.spec.name), skipped, policy,
+                "missed fires recorded ahead were skipped by the misfire policy");
+        }
+    }
+    Ok(publish)
+}
