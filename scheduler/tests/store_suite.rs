@@ -2142,6 +2142,29 @@ async fn observer_registrations_are_kept_until_they_expire(store: Arc<dyn Store>
     );
 }
 
+async fn observer_names_list_every_observer_on_record_once(store: Arc<dyn Store>) {
+    let now = Utc::now();
+    assert!(store.observer_names().await.unwrap().is_empty());
+    store
+        .record_observer(&observe("dashboards", &["shop.*", "#"], now))
+        .await
+        .unwrap();
+    store
+        .record_observer(&observe("audit", &["billing.#"], now - Duration::days(30)))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.observer_names().await.unwrap(),
+        ["audit", "dashboards"],
+        "each name once, however old its registration"
+    );
+    store
+        .prune_observers(now - Duration::days(1), 10)
+        .await
+        .unwrap();
+    assert_eq!(store.observer_names().await.unwrap(), ["dashboards"]);
+}
+
 macro_rules! store_suite {
     (shared: [$($shared:ident),* $(,)?], borrowed: [$($name:ident),* $(,)?]) => {
         mod sqlite {
@@ -2188,6 +2211,7 @@ store_suite!(
         concurrent_fires_of_one_job_record_it_once,
         retention_prunes_old_finished_runs_and_stale_consumers,
         observer_registrations_are_kept_until_they_expire,
+        observer_names_list_every_observer_on_record_once,
     ],
     borrowed: [
         jobs_round_trip_and_names_are_unique,

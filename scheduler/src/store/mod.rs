@@ -579,6 +579,10 @@ pub trait Store: Send + Sync + 'static {
     /// Every distinct pattern some observer registered since `since`.
     async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError>;
 
+    /// Every observer with a registration on record (whatever its age), by name, each
+    /// once: the observers whose queues and dead-letter queues Chime knows of.
+    async fn observer_names(&self) -> Result<Vec<String>, StoreError>;
+
     /// Deletes at most `limit` finished runs — `succeeded`, or `dead` with the dead letter
     /// no longer pending — that finished before `cutoff`, oldest first, in one short
     /// transaction that reads through the `runs_finished` index. Returns how many; fewer

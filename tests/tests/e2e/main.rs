@@ -10,6 +10,7 @@ mod crash;
 mod delivery;
 mod demo;
 mod dlq_cli;
+mod dlq_tools;
 mod duplicates;
 mod outage;
 mod quiet_log;

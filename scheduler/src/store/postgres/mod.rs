@@ -999,6 +999,13 @@ impl Store for PostgresStore {
         Ok(patterns)
     }
 
+    async fn observer_names(&self) -> Result<Vec<String>, StoreError> {
+        let names = sqlx::query_scalar("SELECT DISTINCT name FROM observers ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(names)
+    }
+
     async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         self.delete_batch(prune_runs!(), cutoff, limit).await
     }
