@@ -16,6 +16,9 @@ use super::{PROTOCOL_VERSION, ProtocolError, TaskMessage, messages::check_versio
 
 /// Header with the reason the scheduler dead-lettered a run (a short text).
 pub const REASON_HEADER: &str = "x-chime-reason";
+/// Header with the reason the scheduler's result collector refused a reply it
+/// dead-lettered to `chime.replies.dlq` (e.g. `missing field acked_at`).
+pub const REJECT_REASON_HEADER: &str = "x-chime-reject-reason";
 /// Header with the run id of a dead-lettered task.
 pub const RUN_HEADER: &str = "x-chime-run";
 

@@ -171,6 +171,50 @@ impl Reply {
         Ok(batch.replies)
     }
 
+    /// Parses a reply message body item by item: one reply, or a [`ReplyBatch`] whose
+    /// items are checked one at a time, so a bad item (a missing field, an output nested
+    /// past the JSON depth limit, another version) is refused alone with its reason and
+    /// the others still parse. Errs as a whole only when the message is not one reply and
+    /// not a batch envelope (`{"v": 1, "type": "batch", "replies": [...]}`). Each item
+    /// comes back with its own JSON text, in the order sent.
+    pub fn items_from_slice(body: &[u8]) -> Result<Vec<ReplyItem>, ProtocolError> {
+        #[derive(Deserialize)]
+        struct Envelope<'a> {
+            v: u32,
+            #[serde(rename = "type")]
+            _kind: BatchKind,
+            #[serde(borrow)]
+            replies: Vec<&'a serde_json::value::RawValue>,
+        }
+        #[derive(Deserialize)]
+        struct Kind<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: Option<std::borrow::Cow<'a, str>>,
+        }
+        // Skipping a value (what `RawValue` does) has no depth limit; parsing the tag
+        // alone does not descend into the rest.
+        let is_batch = serde_json::from_slice::<Kind<'_>>(body)
+            .map(|k| k.kind.as_deref() == Some("batch"))
+            .unwrap_or(false);
+        if !is_batch {
+            let reply = Self::from_slice(body);
+            return Ok(vec![ReplyItem {
+                body: body.to_vec(),
+                reply,
+            }]);
+        }
+        let envelope: Envelope<'_> = serde_json::from_slice(body)?;
+        check_version(envelope.v)?;
+        Ok(envelope
+            .replies
+            .into_iter()
+            .map(|raw| ReplyItem {
+                body: raw.get().as_bytes().to_vec(),
+                reply: Self::from_slice(raw.get().as_bytes()),
+            })
+            .collect())
+    }
+
     /// Serialises the reply to its JSON body.
     pub fn to_vec(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a reply message always serialises")
@@ -196,6 +240,16 @@ impl Reply {
             Reply::Presence(_) | Reply::Observe(_) => None,
         }
     }
+}
+
+/// One item of a reply message (see [`Reply::items_from_slice`]): its JSON text and the
+/// reply it holds, or why it cannot be used.
+#[derive(Debug)]
+pub struct ReplyItem {
+    /// The item's JSON text as sent.
+    pub body: Vec<u8>,
+    /// The reply, or why the item is refused.
+    pub reply: Result<Reply, ProtocolError>,
 }
 
 /// Several replies in one message, `{"v": 1, "type": "batch", "replies": [...]}`: a
@@ -612,5 +666,60 @@ mod tests {
         ));
         assert!(Reply::many_from_slice(b"[1, 2]").is_err());
         assert!(Reply::many_from_slice(br#"{"type": "batch", "v": 1}"#).is_err());
+    }
+
+    #[test]
+    fn batch_items_are_checked_one_by_one() {
+        // An output nested 126 levels (too deep inside the batch as a whole, fine on its
+        // own); one nested past serde_json's depth limit of 128, a missing field and
+        // another version: each refused alone, the acks around them kept.
+        let nested = |levels: usize| {
+            format!(
+                r#"{{"v":1,"type":"result","task_id":"{}","attempt":1,"consumer":"c","finished_at":"2026-11-21T10:00:00Z","status":"succeeded","output":{}1{}}}"#,
+                Uuid::from_u128(9),
+                "[".repeat(levels),
+                "]".repeat(levels)
+            )
+            .into_bytes()
+        };
+        let missing = br#"{"v":1,"type":"ack","task_id":"00000000-0000-0000-0000-000000000005","attempt":1,"consumer":"c"}"#;
+        let mut old = serde_json::to_value(ack(6)).unwrap();
+        old["v"] = json!(2);
+        let body = ReplyBatch::body_of(&[
+            ack(1).to_vec(),
+            nested(126),
+            nested(200),
+            missing.to_vec(),
+            old.to_string().into_bytes(),
+            ack(2).to_vec(),
+        ]);
+        assert!(
+            Reply::many_from_slice(&body).is_err(),
+            "parsed whole, the batch fails"
+        );
+        let items = Reply::items_from_slice(&body).unwrap();
+        let ok: Vec<bool> = items.iter().map(|i| i.reply.is_ok()).collect();
+        assert_eq!(ok, [true, true, false, false, false, true]);
+        assert_eq!(items[0].reply.as_ref().unwrap(), &ack(1));
+        assert_eq!(items[5].reply.as_ref().unwrap(), &ack(2));
+        let error = |i: usize| items[i].reply.as_ref().unwrap_err().to_string();
+        assert!(error(2).contains("recursion limit"), "{}", error(2));
+        assert!(
+            error(3).contains("missing field `acked_at`"),
+            "{}",
+            error(3)
+        );
+        assert!(error(4).contains("version 2"), "{}", error(4));
+        assert_eq!(items[3].body, missing);
+        // One reply alone is one item; a broken envelope fails whole.
+        let one = Reply::items_from_slice(&ack(3).to_vec()).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].reply.as_ref().unwrap(), &ack(3));
+        assert!(Reply::items_from_slice(br#"{"type": "batch", "v": 1}"#).is_err());
+        assert!(
+            Reply::items_from_slice(b"not json").unwrap()[0]
+                .reply
+                .is_err()
+        );
     }
 }

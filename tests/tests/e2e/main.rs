@@ -14,6 +14,7 @@ mod dlq_tools;
 mod duplicates;
 mod outage;
 mod quiet_log;
+mod replies;
 mod restart;
 mod routing;
 mod support;
