@@ -439,6 +439,66 @@ pub struct TaskError {
     pub retry_after_ms: Option<u64>,
 }
 
+/// Largest handler output a result may carry, in bytes of compact JSON.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// Deepest nesting of a handler output (an array or object counts one level; a scalar
+/// output is at depth 0). The scheduler parses a reply with a limit of 128 levels, and a
+/// result wraps its output in two more.
+pub const MAX_OUTPUT_DEPTH: usize = 100;
+
+impl TaskOutcome {
+    /// The outcome as a result may carry it: a success whose output is over
+    /// [`MAX_OUTPUT_BYTES`] or nested deeper than [`MAX_OUTPUT_DEPTH`] becomes a permanent
+    /// failure saying so (the scheduler could not store it).
+    pub fn within_limits(&self) -> Self {
+        let TaskOutcome::Succeeded {
+            output: Some(output),
+        } = self
+        else {
+            return self.clone();
+        };
+        let problem = match (
+            json_depth(output),
+            serde_json::to_vec(output).map(|b| b.len()),
+        ) {
+            (depth, _) if depth > MAX_OUTPUT_DEPTH => Some(format!(
+                "handler output is nested {depth} levels deep; the limit is {MAX_OUTPUT_DEPTH}"
+            )),
+            (_, Ok(len)) if len > MAX_OUTPUT_BYTES => Some(format!(
+                "handler output is {len} bytes of JSON; the limit is {MAX_OUTPUT_BYTES}"
+            )),
+            (_, Err(error)) => Some(format!("handler output does not serialise: {error}")),
+            _ => None,
+        };
+        match problem {
+            Some(message) => TaskOutcome::Failed {
+                error: TaskError {
+                    message,
+                    retryable: false,
+                    retry_after_ms: None,
+                },
+            },
+            None => self.clone(),
+        }
+    }
+}
+
+/// How deeply `value` nests arrays and objects (0 for a scalar), without recursion.
+fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    deepest
+}
+
 pub(crate) fn check_version(found: u32) -> Result<(), ProtocolError> {
     if found == PROTOCOL_VERSION {
         Ok(())
@@ -721,5 +781,45 @@ mod tests {
                 .reply
                 .is_err()
         );
+    }
+
+    #[test]
+    fn outputs_over_the_limits_become_permanent_failures() {
+        let nested = |levels: usize| {
+            let mut value = json!(1);
+            for _ in 0..levels {
+                value = json!([value]);
+            }
+            value
+        };
+        assert_eq!(json_depth(&json!(1)), 0);
+        assert_eq!(json_depth(&json!({"a": [1, {"b": 2}]})), 3);
+        assert_eq!(json_depth(&nested(MAX_OUTPUT_DEPTH)), MAX_OUTPUT_DEPTH);
+        let ok = TaskOutcome::Succeeded {
+            output: Some(nested(MAX_OUTPUT_DEPTH)),
+        };
+        assert_eq!(ok.within_limits(), ok);
+        let refused = |output: Value| match (TaskOutcome::Succeeded {
+            output: Some(output),
+        })
+        .within_limits()
+        {
+            TaskOutcome::Failed { error } => {
+                assert!(!error.retryable);
+                error.message
+            }
+            other => panic!("not refused: {other:?}"),
+        };
+        assert!(refused(nested(126)).contains("nested 126 levels"));
+        let big = json!("x".repeat(MAX_OUTPUT_BYTES));
+        assert!(refused(big).contains("bytes of JSON"));
+        let failed = TaskOutcome::Failed {
+            error: TaskError {
+                message: "x".into(),
+                retryable: true,
+                retry_after_ms: None,
+            },
+        };
+        assert_eq!(failed.within_limits(), failed);
     }
 }
