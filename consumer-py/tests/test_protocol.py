@@ -193,3 +193,28 @@ def test_instants_are_written_like_chrono() -> None:
         format_instant(datetime(2026, 1, 1))
     with pytest.raises(ValueError):
         parse_instant("2026-11-21")
+
+
+def test_outputs_over_the_limits_become_permanent_failures() -> None:
+    from chime_consumer.protocol import MAX_OUTPUT_BYTES, MAX_OUTPUT_DEPTH, within_limits
+    from chime_consumer.protocol.messages import json_depth
+
+    def nested(levels: int) -> Any:
+        value: Any = 1
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    assert json_depth(1) == 0
+    assert json_depth({"a": [1, {"b": 2}]}) == 3
+    assert json_depth(nested(MAX_OUTPUT_DEPTH)) == MAX_OUTPUT_DEPTH
+    ok = Succeeded(nested(MAX_OUTPUT_DEPTH))
+    assert within_limits(ok) is ok
+    deep = within_limits(Succeeded(nested(126)))
+    assert isinstance(deep, Failed) and not deep.error.retryable
+    assert "nested 126 levels" in deep.error.message
+    big = within_limits(Succeeded("x" * MAX_OUTPUT_BYTES))
+    assert isinstance(big, Failed) and "bytes of JSON" in big.error.message
+    failed = Failed(TaskError("x", True))
+    assert within_limits(failed) is failed
+
