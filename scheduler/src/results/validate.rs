@@ -6,8 +6,8 @@ use serde_json::Value;
 use tracing::warn;
 
 use chime_consumer::protocol::{
-    AckMessage, HeartbeatMessage, MAX_OBSERVER_PATTERNS, ObserveMessage, PresenceMessage, Reply,
-    ResultMessage, TaskOutcome, topology,
+    AckMessage, HeartbeatMessage, MAX_OBSERVER_PATTERNS, ObserveMessage, PresenceMessage, Progress,
+    Reply, ResultMessage, TaskOutcome, topology,
 };
 
 /// Prepares a reply for the store: replaces what PostgreSQL cannot store, checks the
@@ -37,6 +37,20 @@ pub(super) fn admit(reply: &mut Reply, now: DateTime<Utc>) -> Result<(), String>
         Reply::Observe(observe) => {
             observe.at = now;
             Ok(())
+        }
+        Reply::Heartbeat(HeartbeatMessage {
+            task_id,
+            progress:
+                Some(Progress {
+                    percent: Some(percent),
+                    ..
+                }),
+            ..
+        }) if !(0.0..=100.0).contains(percent) => {
+            warn!(%task_id, percent, "dead-lettering a heartbeat with a percent outside 0 to 100");
+            Err(format!(
+                "invalid progress: percent {percent} is outside 0 to 100"
+            ))
         }
         Reply::Ack(AckMessage { consumer, .. })
         | Reply::Heartbeat(HeartbeatMessage { consumer, .. })
@@ -227,5 +241,30 @@ mod tests {
         }
         // A NUL is replaced first, and the replacement is not printable ASCII.
         assert!(admit(&mut ack("a\0b"), now).is_err());
+    }
+
+    #[test]
+    fn progress_percent_must_be_0_to_100() {
+        let heartbeat = |percent: f64| {
+            Reply::Heartbeat(HeartbeatMessage {
+                v: 1,
+                task_id: uuid::Uuid::nil(),
+                attempt: 1,
+                consumer: "c1".into(),
+                at: chrono::Utc::now(),
+                progress: Some(Progress {
+                    percent: Some(percent),
+                    note: None,
+                }),
+            })
+        };
+        let now = chrono::Utc::now();
+        for ok in [0.0, 42.5, 100.0] {
+            assert!(admit(&mut heartbeat(ok), now).is_ok(), "{ok}");
+        }
+        for bad in [-0.1, 100.5, 1e300] {
+            let error = admit(&mut heartbeat(bad), now).unwrap_err();
+            assert!(error.starts_with("invalid progress"), "{bad}: {error}");
+        }
     }
 }
