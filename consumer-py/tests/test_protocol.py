@@ -157,13 +157,13 @@ def test_result_wire_shape_is_flat() -> None:
     failed = ResultMessage(task_id, 2, "host-1", at, Failed(TaskError("db down", True, 5000)))
     assert json.loads(reply_to_json(failed)) == {
         "type": "result", "v": 1, "task_id": str(task_id), "attempt": 2,
-        "consumer": "host-1", "finished_at": "2026-11-21T10:00:01Z", "status": "failed",
+        "consumer": "host-1", "finished_at": "2026-11-21T10:00:01.000Z", "status": "failed",
         "error": {"message": "db down", "retryable": True, "retry_after_ms": 5000},
     }
     replayed = ResultMessage(task_id, 1, "c", at, Succeeded(None), replayed=True)
     assert json.loads(reply_to_json(replayed)) == {
         "type": "result", "v": 1, "task_id": str(task_id), "attempt": 1, "consumer": "c",
-        "finished_at": "2026-11-21T10:00:01Z", "replayed": True, "status": "succeeded",
+        "finished_at": "2026-11-21T10:00:01.000Z", "replayed": True, "status": "succeeded",
     }
 
 
@@ -176,18 +176,18 @@ def test_heartbeat_presence_and_observe_shapes() -> None:
     assert "progress" not in bare
     presence = json.loads(reply_to_json(PresenceMessage("web-1", "web", at)))
     assert presence == {"type": "presence", "v": 1, "instance": "web-1", "group": "web",
-                        "broadcast": False, "at": "2026-11-21T10:00:05Z"}
+                        "broadcast": False, "at": "2026-11-21T10:00:05.000Z"}
     observe = json.loads(reply_to_json(ObserveMessage("audit", ("shop.*",), at)))
     assert observe["patterns"] == ["shop.*"]
 
 
 def test_instants_are_written_like_chrono() -> None:
     base = datetime(2026, 11, 21, 10, tzinfo=timezone.utc)
-    assert format_instant(base) == "2026-11-21T10:00:00Z"
+    assert format_instant(base) == "2026-11-21T10:00:00.000Z"
     assert format_instant(base.replace(microsecond=4000)) == "2026-11-21T10:00:00.004Z"
-    assert format_instant(base.replace(microsecond=4123)) == "2026-11-21T10:00:00.004123Z"
+    assert format_instant(base.replace(microsecond=4999)) == "2026-11-21T10:00:00.004Z"
     shanghai = timezone(timedelta(hours=8))
-    assert format_instant(base.astimezone(shanghai)) == "2026-11-21T10:00:00Z"
+    assert format_instant(base.astimezone(shanghai)) == "2026-11-21T10:00:00.000Z"
     assert parse_instant("2026-11-21T18:00:00+08:00") == base
     with pytest.raises(ValueError):
         format_instant(datetime(2026, 1, 1))

@@ -31,6 +31,7 @@ pub struct AttemptRecord {
     /// `rejected` or `replayed`.
     pub event: String,
     /// When the scheduler learnt of it.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub at: DateTime<Utc>,
     /// The consumer instance involved, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -39,7 +40,11 @@ pub struct AttemptRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// When the next attempt was scheduled, if the failure was retried after a backoff.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "super::instant::serialize_option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub retry_at: Option<DateTime<Utc>>,
 }
 
@@ -54,6 +59,7 @@ pub struct DeadLetterMessage {
     /// Why the run was given up.
     pub reason: String,
     /// When it was given up.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub dead_at: DateTime<Utc>,
     /// The scheduler node that published this dead letter.
     #[serde(default, skip_serializing_if = "Option::is_none")]

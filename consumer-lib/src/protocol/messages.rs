@@ -82,6 +82,7 @@ pub struct TaskMessage {
     /// Target consumer group.
     pub group: String,
     /// The scheduled fire time (not the publish time), millisecond precision.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub fire_time: DateTime<Utc>,
     /// Shard index, `0..shard_total`.
     pub shard: u32,
@@ -98,6 +99,7 @@ pub struct TaskMessage {
     /// The job's payload as configured when the run was recorded.
     pub payload: Value,
     /// When the scheduler published this attempt.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub published_at: DateTime<Utc>,
     /// How long the scheduler waits between signs of life from a running handler (the
     /// ack, then heartbeats) before it publishes the task again; consumers send
@@ -305,6 +307,7 @@ pub struct AckMessage {
     /// Consumer instance id.
     pub consumer: String,
     /// When the consumer received the task.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub acked_at: DateTime<Utc>,
 }
 
@@ -320,6 +323,7 @@ pub struct ResultMessage {
     /// Consumer instance id.
     pub consumer: String,
     /// When the handler finished (for a replayed result: when it first finished).
+    #[serde(serialize_with = "super::instant::serialize")]
     pub finished_at: DateTime<Utc>,
     /// True when this result was re-sent from the idempotency store for a duplicate
     /// delivery instead of running the handler again.
@@ -344,6 +348,7 @@ pub struct HeartbeatMessage {
     /// Consumer instance id.
     pub consumer: String,
     /// When the consumer sent it.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub at: DateTime<Utc>,
     /// The handler's latest progress report, if it made one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -367,6 +372,7 @@ pub struct PresenceMessage {
     #[serde(default)]
     pub broadcast: bool,
     /// When it was sent.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub at: DateTime<Utc>,
 }
 
@@ -382,6 +388,7 @@ pub struct ObserveMessage {
     /// Its topic patterns over `<app>.<job>`, as bound to its queue.
     pub patterns: Vec<String>,
     /// When it was sent.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub at: DateTime<Utc>,
 }
 
@@ -583,7 +590,7 @@ mod tests {
             value,
             json!({
                 "type": "result", "v": 1, "task_id": Uuid::from_u128(1), "attempt": 2,
-                "consumer": "host-1", "finished_at": "2026-11-21T10:00:01Z",
+                "consumer": "host-1", "finished_at": "2026-11-21T10:00:01.000Z",
                 "status": "failed",
                 "error": {"message": "db down", "retryable": true, "retry_after_ms": 5000}
             })
@@ -821,5 +828,32 @@ mod tests {
             },
         };
         assert_eq!(failed.within_limits(), failed);
+    }
+
+    #[test]
+    fn every_instant_is_written_with_milliseconds() {
+        let now: DateTime<Utc> = "2026-11-21T10:00:00.123456789Z".parse().unwrap();
+        let replies = [
+            Reply::Ack(AckMessage {
+                v: 1,
+                task_id: Uuid::nil(),
+                attempt: 1,
+                consumer: "c".into(),
+                acked_at: now,
+            }),
+            Reply::Heartbeat(HeartbeatMessage {
+                v: 1,
+                task_id: Uuid::nil(),
+                attempt: 1,
+                consumer: "c".into(),
+                at: now,
+                progress: None,
+            }),
+        ];
+        for reply in replies {
+            let text = String::from_utf8(reply.to_vec()).unwrap();
+            assert!(text.contains(r#""2026-11-21T10:00:00.123Z""#), "{text}");
+            assert!(!text.contains("123456"), "{text}");
+        }
     }
 }

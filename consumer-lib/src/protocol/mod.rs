@@ -6,6 +6,7 @@
 //! `docs/protocol.md` describes the same protocol for consumers written in other languages.
 
 pub mod dead_letter;
+pub mod instant;
 pub mod messages;
 pub mod run_id;
 pub mod topic;
