@@ -2183,7 +2183,7 @@ async fn notes_are_appended_to_a_runs_history_up_to_a_bound(store: &dyn Store) {
     };
     assert!(store.note_on_run(run.id, &note).await.unwrap());
     let stored = store.get_run(run.id).await.unwrap().unwrap();
-    assert_eq!(stored.history, [note.clone()]);
+    assert_eq!(stored.history, std::slice::from_ref(&note));
     assert_eq!(
         (stored.state, stored.attempt),
         (run.state, run.attempt),
