@@ -28,7 +28,7 @@ pub struct AttemptRecord {
     /// The attempt, from 1.
     pub attempt: u32,
     /// What happened: `failed`, `ack_timeout`, `run_timeout`, `delivery_limit`,
-    /// `rejected` or `replayed`.
+    /// `rejected`, `replayed`, or `reply_rejected` (a refused reply, noted).
     pub event: String,
     /// When the scheduler learnt of it.
     #[serde(serialize_with = "super::instant::serialize")]

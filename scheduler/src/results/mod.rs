@@ -387,6 +387,7 @@ impl ResultCollector {
                 self.rejects
                     .message(&delivery, kind, &error.to_string())
                     .await;
+                self.note_rejected(&delivery.data, &error.to_string()).await;
                 return None;
             }
         };
@@ -412,6 +413,7 @@ impl ResultCollector {
                 && *body == delivery.data
             {
                 self.rejects.message(&delivery, *kind, reason).await;
+                self.note_rejected(body, reason).await;
                 return None;
             }
         }
@@ -421,6 +423,7 @@ impl ResultCollector {
                 .rejects
                 .item(body, &delivery.properties, *kind, reason)
                 .await;
+            self.note_rejected(body, reason).await;
         }
         if replies.is_empty() {
             // Settled here; a batch whose refused items could not be published goes to
@@ -441,6 +444,43 @@ impl ResultCollector {
         })
     }
 }
+
+impl ResultCollector {
+    /// Notes a refused reply on its run's history (event `reply_rejected`, with the
+    /// reason), if its `task_id` is readable and the run exists. Best effort: a store
+    /// failure is logged, never retried.
+    async fn note_rejected(&self, body: &[u8], reason: &str) {
+        #[derive(serde::Deserialize)]
+        struct About {
+            task_id: Option<uuid::Uuid>,
+            attempt: Option<u32>,
+            consumer: Option<String>,
+        }
+        // Fields not named are skipped, which has no depth limit.
+        let Ok(About {
+            task_id: Some(task_id),
+            attempt,
+            consumer,
+        }) = serde_json::from_slice::<About>(body)
+        else {
+            return;
+        };
+        let record = chime_consumer::protocol::AttemptRecord {
+            attempt: attempt.unwrap_or(0),
+            event: REPLY_REJECTED.into(),
+            at: chrono::Utc::now(),
+            consumer: consumer.filter(|c| topology::is_valid_instance(c)),
+            error: Some(reason.chars().take(1024).collect()),
+            retry_at: None,
+        };
+        if let Err(error) = self.store.note_on_run(task_id, &record).await {
+            warn!(%error, %task_id, "cannot note a refused reply on its run");
+        }
+    }
+}
+
+/// The history event of a reply the collector refused.
+pub const REPLY_REJECTED: &str = "reply_rejected";
 
 /// The runs a recorded round moved on from `scheduled` or `dispatched`: those of the
 /// replies about a task (an ack, a heartbeat or a result) that applied.

@@ -1,6 +1,6 @@
 //! Reply validation against a real chimed: a bad item of a reply batch is dead-lettered
-//! alone with its reason (`x-chime-reject-reason`) and counted by reason, while the other
-//! items of the batch are applied.
+//! alone with its reason (`x-chime-reject-reason`), counted by reason and noted on its
+//! run's history, while the other items of the batch are applied.
 
 use std::time::Duration;
 
@@ -110,10 +110,30 @@ async fn a_bad_item_of_a_reply_batch_is_dead_lettered_alone_with_its_reason() {
         ),
         1.0
     );
-    let (_, runs) = s
+    let (_, run) = s
         .chimed
         .api
         .call(Method::GET, &format!("/v1/runs/{run_id}"), None)
         .await;
-    assert_eq!(runs["consumer"], "c1");
+    assert_eq!(run["consumer"], "c1");
+    // Both refused replies are noted on the run, with their reasons.
+    let notes: Vec<&serde_json::Value> = run["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter(|r| r["event"] == "reply_rejected")
+        .collect();
+    assert_eq!(notes.len(), 2, "{run}");
+    assert!(
+        notes[0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("missing field `acked_at`"),
+        "{run}"
+    );
+    assert_eq!(notes[0]["consumer"], "c1");
+    assert!(
+        notes[1]["consumer"].is_null(),
+        "an invalid id is not repeated"
+    );
 }
