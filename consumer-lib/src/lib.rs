@@ -7,9 +7,11 @@
 //! is run by exactly one member. For every task the consumer publishes an ack, runs the
 //! handler registered for the task's job name, publishes the result and then acknowledges
 //! the delivery. Delivery is at least once; every task carries an idempotency key
-//! ([`TaskContext::idempotency_key`]) and a duplicate delivery replays the recorded outcome
-//! from the [`idempotency`] store instead of running the handler again (the shared
-//! PostgreSQL store keeps outcomes for 7 days by default). While connected, every instance
+//! ([`TaskContext::idempotency_key`]) and a duplicate delivery of a task that succeeded
+//! replays the recorded outcome from the [`idempotency`] store instead of running the
+//! handler again (the shared PostgreSQL store keeps outcomes for 7 days by default). Only
+//! successes are recorded: after a failure, retryable or permanent, a retry or a DLQ
+//! replay runs the handler again. While connected, every instance
 //! announces itself every few seconds with a presence message (its group, zone and whether
 //! it takes broadcasts).
 //!

@@ -16,7 +16,7 @@
 //! # }) }
 //! ```
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, DurationRound, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -35,7 +35,11 @@ pub struct TaskBuilder {
 impl TaskBuilder {
     /// A task of job `job`.
     pub fn new(job: impl Into<String>) -> Self {
-        let now = Utc::now();
+        // Millisecond precision, as the protocol writes instants, so a task survives
+        // a trip through its JSON unchanged.
+        let now = Utc::now()
+            .duration_trunc(chrono::TimeDelta::milliseconds(1))
+            .unwrap_or_else(|_| Utc::now());
         let job_id = Uuid::now_v7();
         Self {
             task: TaskMessage {

@@ -157,13 +157,13 @@ def test_result_wire_shape_is_flat() -> None:
     failed = ResultMessage(task_id, 2, "host-1", at, Failed(TaskError("db down", True, 5000)))
     assert json.loads(reply_to_json(failed)) == {
         "type": "result", "v": 1, "task_id": str(task_id), "attempt": 2,
-        "consumer": "host-1", "finished_at": "2026-11-21T10:00:01Z", "status": "failed",
+        "consumer": "host-1", "finished_at": "2026-11-21T10:00:01.000Z", "status": "failed",
         "error": {"message": "db down", "retryable": True, "retry_after_ms": 5000},
     }
     replayed = ResultMessage(task_id, 1, "c", at, Succeeded(None), replayed=True)
     assert json.loads(reply_to_json(replayed)) == {
         "type": "result", "v": 1, "task_id": str(task_id), "attempt": 1, "consumer": "c",
-        "finished_at": "2026-11-21T10:00:01Z", "replayed": True, "status": "succeeded",
+        "finished_at": "2026-11-21T10:00:01.000Z", "replayed": True, "status": "succeeded",
     }
 
 
@@ -176,20 +176,45 @@ def test_heartbeat_presence_and_observe_shapes() -> None:
     assert "progress" not in bare
     presence = json.loads(reply_to_json(PresenceMessage("web-1", "web", at)))
     assert presence == {"type": "presence", "v": 1, "instance": "web-1", "group": "web",
-                        "broadcast": False, "at": "2026-11-21T10:00:05Z"}
+                        "broadcast": False, "at": "2026-11-21T10:00:05.000Z"}
     observe = json.loads(reply_to_json(ObserveMessage("audit", ("shop.*",), at)))
     assert observe["patterns"] == ["shop.*"]
 
 
 def test_instants_are_written_like_chrono() -> None:
     base = datetime(2026, 11, 21, 10, tzinfo=timezone.utc)
-    assert format_instant(base) == "2026-11-21T10:00:00Z"
+    assert format_instant(base) == "2026-11-21T10:00:00.000Z"
     assert format_instant(base.replace(microsecond=4000)) == "2026-11-21T10:00:00.004Z"
-    assert format_instant(base.replace(microsecond=4123)) == "2026-11-21T10:00:00.004123Z"
+    assert format_instant(base.replace(microsecond=4999)) == "2026-11-21T10:00:00.004Z"
     shanghai = timezone(timedelta(hours=8))
-    assert format_instant(base.astimezone(shanghai)) == "2026-11-21T10:00:00Z"
+    assert format_instant(base.astimezone(shanghai)) == "2026-11-21T10:00:00.000Z"
     assert parse_instant("2026-11-21T18:00:00+08:00") == base
     with pytest.raises(ValueError):
         format_instant(datetime(2026, 1, 1))
     with pytest.raises(ValueError):
         parse_instant("2026-11-21")
+
+
+def test_outputs_over_the_limits_become_permanent_failures() -> None:
+    from chime_consumer.protocol import MAX_OUTPUT_BYTES, MAX_OUTPUT_DEPTH, within_limits
+    from chime_consumer.protocol.messages import json_depth
+
+    def nested(levels: int) -> Any:
+        value: Any = 1
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    assert json_depth(1) == 0
+    assert json_depth({"a": [1, {"b": 2}]}) == 3
+    assert json_depth(nested(MAX_OUTPUT_DEPTH)) == MAX_OUTPUT_DEPTH
+    ok = Succeeded(nested(MAX_OUTPUT_DEPTH))
+    assert within_limits(ok) is ok
+    deep = within_limits(Succeeded(nested(126)))
+    assert isinstance(deep, Failed) and not deep.error.retryable
+    assert "nested 126 levels" in deep.error.message
+    big = within_limits(Succeeded("x" * MAX_OUTPUT_BYTES))
+    assert isinstance(big, Failed) and "bytes of JSON" in big.error.message
+    failed = Failed(TaskError("x", True))
+    assert within_limits(failed) is failed
+

@@ -33,6 +33,9 @@ pub const REPLY_LAG: &str = "chime_reply_lag_seconds";
 pub const RESULTS: &str = "chime_results_total";
 /// Messages that could not be parsed and were dead-lettered, by `queue`.
 pub const MALFORMED: &str = "chime_malformed_messages_total";
+/// Replies (messages or items of a batch) the result collector refused and dead-lettered,
+/// by `reason`: `malformed`, `version`, `invalid`, `store_refused`.
+pub const REJECTED_REPLIES: &str = "chime_rejected_replies_total";
 /// Store operations that failed, by `operation`.
 pub const STORE_ERRORS: &str = "chime_store_errors_total";
 /// Jobs held by the timer (due within the look-ahead window).
@@ -233,6 +236,10 @@ fn describe() {
     );
     describe_counter!(RESULTS, "Results applied to runs, by state.");
     describe_counter!(MALFORMED, "Unparseable messages dead-lettered, by queue.");
+    describe_counter!(
+        REJECTED_REPLIES,
+        "Replies refused and dead-lettered by the result collector, by reason."
+    );
     describe_counter!(STORE_ERRORS, "Failed store operations, by operation.");
     describe_gauge!(TIMER_JOBS, "Jobs held by the timer.");
     describe_gauge!(

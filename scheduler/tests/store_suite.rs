@@ -2333,6 +2333,65 @@ async fn observer_registrations_are_kept_until_they_expire(store: Arc<dyn Store>
     );
 }
 
+async fn observer_names_list_every_observer_on_record_once(store: Arc<dyn Store>) {
+    let now = Utc::now();
+    assert!(store.observer_names().await.unwrap().is_empty());
+    store
+        .record_observer(&observe("dashboards", &["shop.*", "#"], now))
+        .await
+        .unwrap();
+    store
+        .record_observer(&observe("audit", &["billing.#"], now - Duration::days(30)))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.observer_names().await.unwrap(),
+        ["audit", "dashboards"],
+        "each name once, however old its registration"
+    );
+    store
+        .prune_observers(now - Duration::days(1), 10)
+        .await
+        .unwrap();
+    assert_eq!(store.observer_names().await.unwrap(), ["dashboards"]);
+}
+
+async fn notes_are_appended_to_a_runs_history_up_to_a_bound(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    let job = Job::new(spec("noted", json!({"every": "1h"})), now);
+    store.insert_job(&job).await.unwrap();
+    let run = job
+        .new_runs(now, RunTrigger::Manual, now, &LiveZones::default())
+        .remove(0);
+    store.insert_run(&run).await.unwrap();
+    let note = AttemptRecord {
+        attempt: 1,
+        event: "reply_rejected".into(),
+        at: now,
+        consumer: Some("c1".into()),
+        error: Some("missing field `acked_at`".into()),
+        retry_at: None,
+    };
+    assert!(store.note_on_run(run.id, &note).await.unwrap());
+    let stored = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(stored.history, std::slice::from_ref(&note));
+    assert_eq!(
+        (stored.state, stored.attempt),
+        (run.state, run.attempt),
+        "a note changes nothing else"
+    );
+    assert!(!store.note_on_run(Uuid::now_v7(), &note).await.unwrap());
+    for _ in 1..chime_scheduler::store::MAX_NOTES {
+        assert!(store.note_on_run(run.id, &note).await.unwrap());
+    }
+    assert!(
+        !store.note_on_run(run.id, &note).await.unwrap(),
+        "the history is full"
+    );
+    let stored = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(stored.history.len(), chime_scheduler::store::MAX_NOTES);
+}
+
 macro_rules! store_suite {
     (shared: [$($shared:ident),* $(,)?], borrowed: [$($name:ident),* $(,)?]) => {
         mod sqlite {
@@ -2379,6 +2438,7 @@ store_suite!(
         concurrent_fires_of_one_job_record_it_once,
         retention_prunes_old_finished_runs_and_stale_consumers,
         observer_registrations_are_kept_until_they_expire,
+        observer_names_list_every_observer_on_record_once,
     ],
     borrowed: [
         jobs_round_trip_and_names_are_unique,
@@ -2415,6 +2475,7 @@ store_suite!(
         sharded_and_zone_fires_record_one_run_per_item,
         broadcast_replies_are_kept_per_instance,
         target_groups_lists_each_group_once,
+        notes_are_appended_to_a_runs_history_up_to_a_bound,
     ]
 );
 

@@ -132,6 +132,11 @@ impl ReplyPublisher {
         recorded: &RecordedOutcome,
         replayed: bool,
     ) -> Result<PendingReply, ReplyError> {
+        // An output the scheduler could not take is sent as a permanent failure.
+        let outcome = recorded.outcome.within_limits();
+        if outcome != recorded.outcome {
+            tracing::warn!(task_id = %ctx.task_id(), "handler output over the protocol's limits; reporting a permanent failure");
+        }
         self.start(Reply::Result(ResultMessage {
             v: PROTOCOL_VERSION,
             task_id: ctx.task_id(),
@@ -139,7 +144,7 @@ impl ReplyPublisher {
             consumer: self.instance.clone(),
             finished_at: recorded.finished_at,
             replayed,
-            outcome: recorded.outcome.clone(),
+            outcome,
         }))
         .await
     }

@@ -16,6 +16,9 @@ use super::{PROTOCOL_VERSION, ProtocolError, TaskMessage, messages::check_versio
 
 /// Header with the reason the scheduler dead-lettered a run (a short text).
 pub const REASON_HEADER: &str = "x-chime-reason";
+/// Header with the reason the scheduler's result collector refused a reply it
+/// dead-lettered to `chime.replies.dlq` (e.g. `missing field acked_at`).
+pub const REJECT_REASON_HEADER: &str = "x-chime-reject-reason";
 /// Header with the run id of a dead-lettered task.
 pub const RUN_HEADER: &str = "x-chime-run";
 
@@ -25,10 +28,12 @@ pub struct AttemptRecord {
     /// The attempt, from 1.
     pub attempt: u32,
     /// What happened: `failed`, `ack_timeout`, `run_timeout`, `delivery_limit`,
-    /// `rejected`, `replayed`, or `late_success` / `late_failure` (a result for a run
-    /// already given up).
+    /// `rejected`, `replayed`, `late_success` / `late_failure` (a result for a run
+    /// already given up), `reply_rejected` (a refused reply, noted), `unpublishable` or
+    /// `misfire_skipped`.
     pub event: String,
     /// When the scheduler learnt of it.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub at: DateTime<Utc>,
     /// The consumer instance involved, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -37,7 +42,11 @@ pub struct AttemptRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// When the next attempt was scheduled, if the failure was retried after a backoff.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "super::instant::serialize_option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub retry_at: Option<DateTime<Utc>>,
 }
 
@@ -52,6 +61,7 @@ pub struct DeadLetterMessage {
     /// Why the run was given up.
     pub reason: String,
     /// When it was given up.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub dead_at: DateTime<Utc>,
     /// The scheduler node that published this dead letter.
     #[serde(default, skip_serializing_if = "Option::is_none")]

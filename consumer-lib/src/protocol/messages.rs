@@ -82,6 +82,7 @@ pub struct TaskMessage {
     /// Target consumer group.
     pub group: String,
     /// The scheduled fire time (not the publish time), millisecond precision.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub fire_time: DateTime<Utc>,
     /// Shard index, `0..shard_total`.
     pub shard: u32,
@@ -98,6 +99,7 @@ pub struct TaskMessage {
     /// The job's payload as configured when the run was recorded.
     pub payload: Value,
     /// When the scheduler published this attempt.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub published_at: DateTime<Utc>,
     /// How long the scheduler waits between signs of life from a running handler (the
     /// ack, then heartbeats) before it publishes the task again; consumers send
@@ -171,6 +173,50 @@ impl Reply {
         Ok(batch.replies)
     }
 
+    /// Parses a reply message body item by item: one reply, or a [`ReplyBatch`] whose
+    /// items are checked one at a time, so a bad item (a missing field, an output nested
+    /// past the JSON depth limit, another version) is refused alone with its reason and
+    /// the others still parse. Errs as a whole only when the message is not one reply and
+    /// not a batch envelope (`{"v": 1, "type": "batch", "replies": [...]}`). Each item
+    /// comes back with its own JSON text, in the order sent.
+    pub fn items_from_slice(body: &[u8]) -> Result<Vec<ReplyItem>, ProtocolError> {
+        #[derive(Deserialize)]
+        struct Envelope<'a> {
+            v: u32,
+            #[serde(rename = "type")]
+            _kind: BatchKind,
+            #[serde(borrow)]
+            replies: Vec<&'a serde_json::value::RawValue>,
+        }
+        #[derive(Deserialize)]
+        struct Kind<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: Option<std::borrow::Cow<'a, str>>,
+        }
+        // Skipping a value (what `RawValue` does) has no depth limit; parsing the tag
+        // alone does not descend into the rest.
+        let is_batch = serde_json::from_slice::<Kind<'_>>(body)
+            .map(|k| k.kind.as_deref() == Some("batch"))
+            .unwrap_or(false);
+        if !is_batch {
+            let reply = Self::from_slice(body);
+            return Ok(vec![ReplyItem {
+                body: body.to_vec(),
+                reply,
+            }]);
+        }
+        let envelope: Envelope<'_> = serde_json::from_slice(body)?;
+        check_version(envelope.v)?;
+        Ok(envelope
+            .replies
+            .into_iter()
+            .map(|raw| ReplyItem {
+                body: raw.get().as_bytes().to_vec(),
+                reply: Self::from_slice(raw.get().as_bytes()),
+            })
+            .collect())
+    }
+
     /// Serialises the reply to its JSON body.
     pub fn to_vec(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a reply message always serialises")
@@ -196,6 +242,16 @@ impl Reply {
             Reply::Presence(_) | Reply::Observe(_) => None,
         }
     }
+}
+
+/// One item of a reply message (see [`Reply::items_from_slice`]): its JSON text and the
+/// reply it holds, or why it cannot be used.
+#[derive(Debug)]
+pub struct ReplyItem {
+    /// The item's JSON text as sent.
+    pub body: Vec<u8>,
+    /// The reply, or why the item is refused.
+    pub reply: Result<Reply, ProtocolError>,
 }
 
 /// Several replies in one message, `{"v": 1, "type": "batch", "replies": [...]}`: a
@@ -251,6 +307,7 @@ pub struct AckMessage {
     /// Consumer instance id.
     pub consumer: String,
     /// When the consumer received the task.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub acked_at: DateTime<Utc>,
 }
 
@@ -266,6 +323,7 @@ pub struct ResultMessage {
     /// Consumer instance id.
     pub consumer: String,
     /// When the handler finished (for a replayed result: when it first finished).
+    #[serde(serialize_with = "super::instant::serialize")]
     pub finished_at: DateTime<Utc>,
     /// True when this result was re-sent from the idempotency store for a duplicate
     /// delivery instead of running the handler again.
@@ -290,6 +348,7 @@ pub struct HeartbeatMessage {
     /// Consumer instance id.
     pub consumer: String,
     /// When the consumer sent it.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub at: DateTime<Utc>,
     /// The handler's latest progress report, if it made one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -313,6 +372,7 @@ pub struct PresenceMessage {
     #[serde(default)]
     pub broadcast: bool,
     /// When it was sent.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub at: DateTime<Utc>,
 }
 
@@ -328,6 +388,7 @@ pub struct ObserveMessage {
     /// Its topic patterns over `<app>.<job>`, as bound to its queue.
     pub patterns: Vec<String>,
     /// When it was sent.
+    #[serde(serialize_with = "super::instant::serialize")]
     pub at: DateTime<Utc>,
 }
 
@@ -383,6 +444,66 @@ pub struct TaskError {
     /// The handler's hint for when to retry, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
+}
+
+/// Largest handler output a result may carry, in bytes of compact JSON.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// Deepest nesting of a handler output (an array or object counts one level; a scalar
+/// output is at depth 0). The scheduler parses a reply with a limit of 128 levels, and a
+/// result wraps its output in two more.
+pub const MAX_OUTPUT_DEPTH: usize = 100;
+
+impl TaskOutcome {
+    /// The outcome as a result may carry it: a success whose output is over
+    /// [`MAX_OUTPUT_BYTES`] or nested deeper than [`MAX_OUTPUT_DEPTH`] becomes a permanent
+    /// failure saying so (the scheduler could not store it).
+    pub fn within_limits(&self) -> Self {
+        let TaskOutcome::Succeeded {
+            output: Some(output),
+        } = self
+        else {
+            return self.clone();
+        };
+        let problem = match (
+            json_depth(output),
+            serde_json::to_vec(output).map(|b| b.len()),
+        ) {
+            (depth, _) if depth > MAX_OUTPUT_DEPTH => Some(format!(
+                "handler output is nested {depth} levels deep; the limit is {MAX_OUTPUT_DEPTH}"
+            )),
+            (_, Ok(len)) if len > MAX_OUTPUT_BYTES => Some(format!(
+                "handler output is {len} bytes of JSON; the limit is {MAX_OUTPUT_BYTES}"
+            )),
+            (_, Err(error)) => Some(format!("handler output does not serialise: {error}")),
+            _ => None,
+        };
+        match problem {
+            Some(message) => TaskOutcome::Failed {
+                error: TaskError {
+                    message,
+                    retryable: false,
+                    retry_after_ms: None,
+                },
+            },
+            None => self.clone(),
+        }
+    }
+}
+
+/// How deeply `value` nests arrays and objects (0 for a scalar), without recursion.
+fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    deepest
 }
 
 pub(crate) fn check_version(found: u32) -> Result<(), ProtocolError> {
@@ -469,7 +590,7 @@ mod tests {
             value,
             json!({
                 "type": "result", "v": 1, "task_id": Uuid::from_u128(1), "attempt": 2,
-                "consumer": "host-1", "finished_at": "2026-11-21T10:00:01Z",
+                "consumer": "host-1", "finished_at": "2026-11-21T10:00:01.000Z",
                 "status": "failed",
                 "error": {"message": "db down", "retryable": true, "retry_after_ms": 5000}
             })
@@ -612,5 +733,127 @@ mod tests {
         ));
         assert!(Reply::many_from_slice(b"[1, 2]").is_err());
         assert!(Reply::many_from_slice(br#"{"type": "batch", "v": 1}"#).is_err());
+    }
+
+    #[test]
+    fn batch_items_are_checked_one_by_one() {
+        // An output nested 126 levels (too deep inside the batch as a whole, fine on its
+        // own); one nested past serde_json's depth limit of 128, a missing field and
+        // another version: each refused alone, the acks around them kept.
+        let nested = |levels: usize| {
+            format!(
+                r#"{{"v":1,"type":"result","task_id":"{}","attempt":1,"consumer":"c","finished_at":"2026-11-21T10:00:00Z","status":"succeeded","output":{}1{}}}"#,
+                Uuid::from_u128(9),
+                "[".repeat(levels),
+                "]".repeat(levels)
+            )
+            .into_bytes()
+        };
+        let missing = br#"{"v":1,"type":"ack","task_id":"00000000-0000-0000-0000-000000000005","attempt":1,"consumer":"c"}"#;
+        let mut old = serde_json::to_value(ack(6)).unwrap();
+        old["v"] = json!(2);
+        let body = ReplyBatch::body_of(&[
+            ack(1).to_vec(),
+            nested(126),
+            nested(200),
+            missing.to_vec(),
+            old.to_string().into_bytes(),
+            ack(2).to_vec(),
+        ]);
+        assert!(
+            Reply::many_from_slice(&body).is_err(),
+            "parsed whole, the batch fails"
+        );
+        let items = Reply::items_from_slice(&body).unwrap();
+        let ok: Vec<bool> = items.iter().map(|i| i.reply.is_ok()).collect();
+        assert_eq!(ok, [true, true, false, false, false, true]);
+        assert_eq!(items[0].reply.as_ref().unwrap(), &ack(1));
+        assert_eq!(items[5].reply.as_ref().unwrap(), &ack(2));
+        let error = |i: usize| items[i].reply.as_ref().unwrap_err().to_string();
+        assert!(error(2).contains("recursion limit"), "{}", error(2));
+        assert!(
+            error(3).contains("missing field `acked_at`"),
+            "{}",
+            error(3)
+        );
+        assert!(error(4).contains("version 2"), "{}", error(4));
+        assert_eq!(items[3].body, missing);
+        // One reply alone is one item; a broken envelope fails whole.
+        let one = Reply::items_from_slice(&ack(3).to_vec()).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].reply.as_ref().unwrap(), &ack(3));
+        assert!(Reply::items_from_slice(br#"{"type": "batch", "v": 1}"#).is_err());
+        assert!(
+            Reply::items_from_slice(b"not json").unwrap()[0]
+                .reply
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn outputs_over_the_limits_become_permanent_failures() {
+        let nested = |levels: usize| {
+            let mut value = json!(1);
+            for _ in 0..levels {
+                value = json!([value]);
+            }
+            value
+        };
+        assert_eq!(json_depth(&json!(1)), 0);
+        assert_eq!(json_depth(&json!({"a": [1, {"b": 2}]})), 3);
+        assert_eq!(json_depth(&nested(MAX_OUTPUT_DEPTH)), MAX_OUTPUT_DEPTH);
+        let ok = TaskOutcome::Succeeded {
+            output: Some(nested(MAX_OUTPUT_DEPTH)),
+        };
+        assert_eq!(ok.within_limits(), ok);
+        let refused = |output: Value| match (TaskOutcome::Succeeded {
+            output: Some(output),
+        })
+        .within_limits()
+        {
+            TaskOutcome::Failed { error } => {
+                assert!(!error.retryable);
+                error.message
+            }
+            other => panic!("not refused: {other:?}"),
+        };
+        assert!(refused(nested(126)).contains("nested 126 levels"));
+        let big = json!("x".repeat(MAX_OUTPUT_BYTES));
+        assert!(refused(big).contains("bytes of JSON"));
+        let failed = TaskOutcome::Failed {
+            error: TaskError {
+                message: "x".into(),
+                retryable: true,
+                retry_after_ms: None,
+            },
+        };
+        assert_eq!(failed.within_limits(), failed);
+    }
+
+    #[test]
+    fn every_instant_is_written_with_milliseconds() {
+        let now: DateTime<Utc> = "2026-11-21T10:00:00.123456789Z".parse().unwrap();
+        let replies = [
+            Reply::Ack(AckMessage {
+                v: 1,
+                task_id: Uuid::nil(),
+                attempt: 1,
+                consumer: "c".into(),
+                acked_at: now,
+            }),
+            Reply::Heartbeat(HeartbeatMessage {
+                v: 1,
+                task_id: Uuid::nil(),
+                attempt: 1,
+                consumer: "c".into(),
+                at: now,
+                progress: None,
+            }),
+        ];
+        for reply in replies {
+            let text = String::from_utf8(reply.to_vec()).unwrap();
+            assert!(text.contains(r#""2026-11-21T10:00:00.123Z""#), "{text}");
+            assert!(!text.contains("123456"), "{text}");
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! `docs/protocol.md` describes the same protocol for consumers written in other languages.
 
 pub mod dead_letter;
+pub mod instant;
 pub mod messages;
 pub mod run_id;
 pub mod topic;
@@ -13,10 +14,10 @@ pub mod topology;
 
 pub use dead_letter::{AttemptRecord, DeadLetterMessage};
 pub use messages::{
-    AckMessage, BatchKind, DeliveryMode, HeartbeatMessage, MAX_OBSERVER_PATTERNS,
-    OBSERVE_INTERVAL_MS, OBSERVER_TTL_MS, ObserveMessage, PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS,
-    PresenceMessage, Progress, ProtocolError, Reply, ReplyBatch, ResultMessage, TaskError,
-    TaskMessage, TaskOutcome,
+    AckMessage, BatchKind, DeliveryMode, HeartbeatMessage, MAX_OBSERVER_PATTERNS, MAX_OUTPUT_BYTES,
+    MAX_OUTPUT_DEPTH, OBSERVE_INTERVAL_MS, OBSERVER_TTL_MS, ObserveMessage, PRESENCE_INTERVAL_MS,
+    PRESENCE_TTL_MS, PresenceMessage, Progress, ProtocolError, Reply, ReplyBatch, ReplyItem,
+    ResultMessage, TaskError, TaskMessage, TaskOutcome,
 };
 pub use run_id::{broadcast_idempotency_key, item_run_id, manual_run_id, run_id};
 

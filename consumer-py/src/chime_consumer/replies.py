@@ -35,6 +35,7 @@ from .protocol.messages import (
     ResultMessage,
     batch_body,
     reply_to_json,
+    within_limits,
 )
 from .protocol.times import utc_now
 from .stats import Counters
@@ -124,14 +125,22 @@ class ReplyPublisher:
     def start_result(
         self, ctx: "TaskContext", recorded: RecordedOutcome, replayed: bool
     ) -> "asyncio.Future[None]":
-        """Publishes the task's result without waiting for its confirm."""
+        """Publishes the task's result without waiting for its confirm. An output the
+        scheduler could not take (see :func:`within_limits`) is sent as a permanent
+        failure."""
+        outcome = within_limits(recorded.outcome)
+        if outcome is not recorded.outcome:
+            log.warning(
+                "handler output over the protocol's limits; reporting a permanent failure",
+                extra={"task_id": str(ctx.task_id)},
+            )
         return self.start(
             ResultMessage(
                 task_id=ctx.task_id,
                 attempt=ctx.attempt,
                 consumer=self.instance,
                 finished_at=recorded.finished_at,
-                outcome=recorded.outcome,
+                outcome=outcome,
                 replayed=replayed,
             )
         )

@@ -7,13 +7,15 @@ use comfy_table::{Table, presets::NOTHING};
 use super::table::{or_dash, shorten, table};
 use crate::dlq::{DlqMessage, DlqSummary, ReplayReport};
 
-/// Dead-letter queues, one per line, with their three commonest reasons.
+/// Dead-letter queues, one per line, with how many of their oldest messages are resolved
+/// and their three commonest reasons.
 pub fn dlq_queues(queues: &[DlqSummary]) -> String {
-    let mut t = table(&["QUEUE", "DEPTH", "OLDEST", "TOP REASONS"]);
+    let mut t = table(&["QUEUE", "DEPTH", "RESOLVED", "OLDEST", "TOP REASONS"]);
     for queue in queues {
         t.add_row(vec![
             queue.queue.clone(),
             queue.depth.to_string(),
+            queue.resolved.to_string(),
             queue.oldest_age_s.map_or("-".into(), age),
             shorten(&top_reasons(&queue.reasons, 3), 160),
         ]);
@@ -24,7 +26,7 @@ pub fn dlq_queues(queues: &[DlqSummary]) -> String {
 /// Dead-lettered messages, one per line, with their payloads as compact JSON.
 pub fn dlq_messages(messages: &[DlqMessage]) -> String {
     let mut t = table(&[
-        "KIND", "RUN", "JOB", "ATTEMPT", "REASON", "DEAD AT", "PAYLOAD",
+        "KIND", "RUN", "JOB", "ATTEMPT", "REASON", "DEAD AT", "RESOLVED", "PAYLOAD",
     ]);
     for message in messages {
         let payload = match (&message.payload, &message.body) {
@@ -39,6 +41,7 @@ pub fn dlq_messages(messages: &[DlqMessage]) -> String {
             message.attempt.map_or("-".into(), |a| a.to_string()),
             shorten(&message.reason, 60),
             or_dash(message.dead_at.as_deref()),
+            if message.resolved { "yes" } else { "-" }.to_string(),
             shorten(&payload, 60),
         ]);
     }
@@ -131,8 +134,10 @@ mod tests {
             payload: Some(serde_json::json!({"fail": "permanent", "pad": "x".repeat(100)})),
             history: Vec::new(),
             body: None,
+            resolved: true,
         };
         let text = dlq_messages(&[message]);
+        assert!(text.contains("RESOLVED") && text.contains("yes"), "{text}");
         assert!(text.contains(&uuid::Uuid::nil().to_string()), "{text}");
         assert!(text.contains(r#"{"fail":"permanent""#), "{text}");
         assert!(!text.contains(&"x".repeat(100)), "{text}");

@@ -1,6 +1,7 @@
 //! Reading a dead-lettered message: which kind it is (a Chime dead letter, a task the
-//! broker dead-lettered, or an unreadable body), why it was dead-lettered, how old it is,
-//! and where it came from.
+//! broker dead-lettered, or an unreadable body), why it was dead-lettered and how old it
+//! is. Where a replay sends it is never read from the message: a header can be forged by
+//! whoever could publish to the dead-letter exchange (see [`super::replay`]).
 
 use chrono::{DateTime, Utc};
 use lapin::{
@@ -12,9 +13,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
-    AttemptRecord, DeadLetterMessage, TaskMessage,
-    dead_letter::REASON_HEADER,
-    topology::{self, REPLY_EXCHANGE, REPLY_QUEUE, REPLY_ROUTING_KEY, TASK_EXCHANGE},
+    AttemptRecord, DeadLetterMessage, TaskMessage, dead_letter::REASON_HEADER,
 };
 
 /// Longest excerpt of an unreadable body shown.
@@ -42,6 +41,11 @@ pub struct DlqMessage {
     pub history: Vec<AttemptRecord>,
     /// An excerpt of an unreadable body.
     pub body: Option<String>,
+    /// Whether the run has since finished successfully (a late result recorded after it
+    /// was given up, or a replay that succeeded): the dead letter needs no replay, and a
+    /// replay leaves it in place. False when unknown.
+    #[serde(default)]
+    pub resolved: bool,
 }
 
 /// A parsed dead-lettered message.
@@ -51,8 +55,6 @@ pub(crate) struct Classified {
     pub(crate) task: Option<TaskMessage>,
     /// When it was dead-lettered.
     pub(crate) dead_at: Option<DateTime<Utc>>,
-    /// The exchange and routing key it was first published with (from `x-death`).
-    pub(crate) origin: Option<(String, String)>,
 }
 
 impl Classified {
@@ -68,7 +70,6 @@ pub(crate) fn classify(body: &[u8], properties: &BasicProperties) -> Classified 
     let death = headers.and_then(first_death);
     let broker_reason = death.as_ref().and_then(|d| d.reason.clone());
     let broker_time = death.as_ref().and_then(|d| d.time);
-    let origin = death.as_ref().and_then(|d| d.origin.clone());
     if let Ok(letter) = DeadLetterMessage::from_slice(body) {
         let task = letter.task.clone();
         return Classified {
@@ -82,10 +83,10 @@ pub(crate) fn classify(body: &[u8], properties: &BasicProperties) -> Classified 
                 payload: Some(task.payload.clone()),
                 history: letter.history,
                 body: None,
+                resolved: false,
             },
             task: Some(task),
             dead_at: Some(letter.dead_at),
-            origin,
         };
     }
     let reason = headers
@@ -109,10 +110,10 @@ pub(crate) fn classify(body: &[u8], properties: &BasicProperties) -> Classified 
                 payload: Some(task.payload.clone()),
                 history: Vec::new(),
                 body: None,
+                resolved: false,
             },
             task: Some(task),
             dead_at,
-            origin,
         },
         Err(_) => {
             let text = String::from_utf8_lossy(body);
@@ -127,35 +128,18 @@ pub(crate) fn classify(body: &[u8], properties: &BasicProperties) -> Classified 
                     payload: None,
                     history: Vec::new(),
                     body: Some(text.chars().take(BODY_EXCERPT).collect()),
+                    resolved: false,
                 },
                 task: None,
                 dead_at,
-                origin,
             }
         }
     }
 }
 
-/// Where a message of dead-letter queue `queue` goes when replayed raw: the exchange and
-/// routing key of its first dead-lettering, else its queue's usual route.
-pub(crate) fn replay_route(
-    queue: &str,
-    origin: Option<&(String, String)>,
-) -> Option<(String, String)> {
-    if let Some(origin) = origin {
-        return Some(origin.clone());
-    }
-    let source = topology::origin_queue(queue)?;
-    if source == REPLY_QUEUE {
-        return Some((REPLY_EXCHANGE.into(), REPLY_ROUTING_KEY.into()));
-    }
-    topology::group_of_queue(source).map(|group| (TASK_EXCHANGE.to_string(), group.to_string()))
-}
-
 struct Death {
     reason: Option<String>,
     time: Option<DateTime<Utc>>,
-    origin: Option<(String, String)>,
 }
 
 /// The newest entry of RabbitMQ's `x-death` header (it lists the latest first).
@@ -170,15 +154,9 @@ fn first_death(headers: &FieldTable) -> Option<Death> {
         Some(AMQPValue::Timestamp(t)) => DateTime::from_timestamp(*t as i64, 0),
         _ => None,
     };
-    let routing_key = match death.inner().get("routing-keys") {
-        Some(AMQPValue::FieldArray(keys)) => keys.as_slice().first().and_then(value_text),
-        _ => None,
-    };
-    let exchange = text(death, "exchange");
     Some(Death {
         reason: text(death, "reason"),
         time,
-        origin: exchange.zip(routing_key),
     })
 }
 
@@ -228,28 +206,12 @@ mod tests {
     }
 
     #[test]
-    fn unreadable_body_keeps_the_broker_reason_and_origin() {
+    fn unreadable_body_keeps_the_broker_reason() {
         let c = classify(b"not json", &death("rejected"));
         assert_eq!(c.view.kind, "unreadable");
         assert_eq!(c.view.reason, "rejected");
         assert_eq!(c.view.body.as_deref(), Some("not json"));
-        assert_eq!(
-            c.origin,
-            Some(("chime.tasks".to_string(), "orders".to_string()))
-        );
+        assert!(!c.view.resolved);
         assert_eq!(c.dead_at.unwrap().timestamp(), 1_800_000_000);
-    }
-
-    #[test]
-    fn routes_for_raw_replays() {
-        assert_eq!(
-            replay_route("chime.replies.dlq", None),
-            Some(("chime.replies".into(), "reply".into()))
-        );
-        assert_eq!(
-            replay_route("chime.group.orders.dlq", None),
-            Some(("chime.tasks".into(), "orders".into()))
-        );
-        assert_eq!(replay_route("chime.other.dlq", None), None);
     }
 }

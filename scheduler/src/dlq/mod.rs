@@ -3,22 +3,27 @@
 //! `dead` when RabbitMQ dead-letters their task ([`notices`]), and the sampler behind the
 //! `chime_dlq_depth` and `chime_dlq_oldest_age_seconds` gauges.
 //!
+//! The operations act only on the dead-letter queues Chime declared ([`DeadLetters::known`]):
+//! those of the groups its jobs target, of the observers that registered, and
+//! `chime.replies.dlq` — never on another queue whose name merely looks like one.
+//!
 //! Peeking takes messages with manual acknowledgement and closes the channel without
-//! acknowledging them, so RabbitMQ puts every one back. A replay publishes each message to
-//! its original target, waits for the broker's confirm, and only then removes the DLQ
-//! copy: a crash mid-replay leaves the copy in place (at worst it is replayed twice, and
-//! the idempotency key absorbs the duplicate).
+//! acknowledging them, so RabbitMQ puts every one back. A replay ([`replay`]) publishes
+//! each message to the route Chime derives from its store, waits for the broker's confirm,
+//! and only then removes the DLQ copy: a crash mid-replay leaves the copy in place (at
+//! worst it is replayed twice, and the idempotency key absorbs the duplicate).
 
 mod message;
 pub mod notices;
+mod replay;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use chrono::Utc;
 use lapin::{
-    BasicProperties, Channel, Connection,
+    Channel, Connection,
     message::BasicGetMessage,
-    options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions, QueuePurgeOptions},
+    options::{BasicGetOptions, QueueDeclareOptions, QueuePurgeOptions},
     types::FieldTable,
 };
 use serde::{Deserialize, Serialize};
@@ -31,7 +36,8 @@ pub use message::DlqMessage;
 
 use crate::{
     broker::{self, ConfirmedPublisher, PublishError},
-    store::{Replay, Store, StoreError},
+    domain::{Run, RunState},
+    store::{Store, StoreError},
     telemetry,
 };
 
@@ -43,8 +49,10 @@ pub const MAX_PEEK: usize = 1000;
 /// Why a DLQ operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DlqError {
-    /// The name is not one of Chime's dead-letter queues.
-    #[error("{0:?} is not a Chime dead-letter queue (names look like chime.group.<group>.dlq)")]
+    /// The name is not one of the dead-letter queues Chime declared.
+    #[error(
+        "{0:?} is not one of Chime's dead-letter queues (those of its groups and observers, and chime.replies.dlq: see `chimectl dlq ls`)"
+    )]
     NotADeadLetterQueue(String),
     /// The queue does not exist.
     #[error("dead-letter queue {0:?} does not exist")]
@@ -71,6 +79,10 @@ pub struct DlqSummary {
     pub oldest_age_s: Option<f64>,
     /// Reasons of the oldest (up to 100) messages, with counts.
     pub reasons: BTreeMap<String, u32>,
+    /// How many of those oldest (up to 100) messages are resolved: their run has since
+    /// finished successfully (see [`DlqMessage::resolved`]). 0 when reasons are not read.
+    #[serde(default)]
+    pub resolved: u32,
 }
 
 /// What a replay did.
@@ -78,12 +90,27 @@ pub struct DlqSummary {
 pub struct ReplayReport {
     /// Messages published to their target (confirmed) and removed from the DLQ.
     pub replayed: u32,
-    /// Copies removed because their run is no longer dead (finished or under way).
+    /// Copies removed because their run is under way again (replayed already).
     pub discarded: u32,
-    /// Messages left in place, by reason.
+    /// Messages left in place, by reason (`resolved` for those whose run has since
+    /// succeeded).
     pub skipped: BTreeMap<String, u32>,
-    /// Messages left in the queue afterwards.
+    /// Messages left in the queue afterwards: what the broker counts once the replay is
+    /// over, and never fewer than the queue held before less those removed.
     pub remaining: u32,
+}
+
+/// Which of Chime's dead-letter queues a queue is; it decides where a replay publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DlqKind {
+    /// A group's (`chime.group.<group>.dlq`): tasks go back to the route their run and job
+    /// in the store give.
+    Group,
+    /// An observer's (`chime.observe.<name>.dlq`): copies go back to the observer's own
+    /// queue, the one named.
+    Observer(String),
+    /// The reply queue's (`chime.replies.dlq`): replies go back to the reply queue.
+    Replies,
 }
 
 /// The DLQ operations. Cheap to share.
@@ -111,18 +138,11 @@ impl DeadLetters {
         }
     }
 
-    /// Every dead-letter queue that exists: one per group some job targets, and the reply
-    /// queue's; with depth, oldest age and (when `reasons`) the reasons of the oldest
+    /// Every dead-letter queue that exists: one per group some job targets, one per
+    /// observer that registered, and the reply queue's; with depth, oldest age and (when `reasons`) the reasons of the oldest
     /// messages.
     pub async fn list(&self, reasons: bool) -> Result<Vec<DlqSummary>, DlqError> {
-        let mut queues: Vec<String> = self
-            .store
-            .target_groups()
-            .await?
-            .iter()
-            .map(|group| topology::dead_letter_queue(&topology::group_queue(group)))
-            .collect();
-        queues.push(topology::dead_letter_queue(REPLY_QUEUE));
+        let queues = self.known().await?;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         // The reply queue's DLQ is chimed's own, so it is declared rather than looked
         // for: on a fresh broker the sampler's first pass comes before the collector's
@@ -132,8 +152,9 @@ impl DeadLetters {
             return Err(error.into());
         }
         let mut items = Vec::new();
-        for queue in queues {
-            match summarize(&connection, &queue, if reasons { REASON_SAMPLE } else { 1 }).await {
+        for (queue, _) in queues {
+            let sample = if reasons { REASON_SAMPLE } else { 1 };
+            match self.summarize(&connection, &queue, sample).await {
                 Ok(summary) => items.push(summary),
                 Err(DlqError::NoSuchQueue(_)) => {}
                 Err(error) => {
@@ -148,7 +169,7 @@ impl DeadLetters {
 
     /// Up to `n` messages from the head of `queue`, left in place.
     pub async fn peek(&self, queue: &str, n: usize) -> Result<Vec<DlqMessage>, DlqError> {
-        check_name(queue)?;
+        self.check_name(queue).await?;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = async {
             let channel = open_queue(&connection, queue).await?.0;
@@ -163,11 +184,64 @@ impl DeadLetters {
                 );
             }
             let _ = channel.close(200, "peek done".into()).await;
-            Ok(out)
+            Ok::<_, DlqError>(out)
         }
         .await;
         close(&connection).await;
-        result
+        let mut out = result?;
+        for message in &mut out {
+            message.resolved = self.resolved(message.run_id).await?;
+        }
+        Ok(out)
+    }
+
+    /// The dead-letter queues Chime declared, with their kinds: one per group some job
+    /// targets, one per observer on record, and the reply queue's.
+    pub(crate) async fn known(&self) -> Result<Vec<(String, DlqKind)>, DlqError> {
+        let mut queues: Vec<(String, DlqKind)> = self
+            .store
+            .target_groups()
+            .await?
+            .iter()
+            .map(|group| {
+                let dlq = topology::dead_letter_queue(&topology::group_queue(group));
+                (dlq, DlqKind::Group)
+            })
+            .collect();
+        for name in self.store.observer_names().await? {
+            let queue = topology::observer_queue(&name);
+            queues.push((
+                topology::dead_letter_queue(&queue),
+                DlqKind::Observer(queue),
+            ));
+        }
+        queues.push((topology::dead_letter_queue(REPLY_QUEUE), DlqKind::Replies));
+        Ok(queues)
+    }
+
+    /// The kind of `queue` if Chime declared it, else [`DlqError::NotADeadLetterQueue`].
+    pub(crate) async fn check_name(&self, queue: &str) -> Result<DlqKind, DlqError> {
+        if !topology::is_dead_letter_queue(queue) {
+            return Err(DlqError::NotADeadLetterQueue(queue.to_string()));
+        }
+        self.known()
+            .await?
+            .into_iter()
+            .find(|(known, _)| known == queue)
+            .map(|(_, kind)| kind)
+            .ok_or_else(|| DlqError::NotADeadLetterQueue(queue.to_string()))
+    }
+
+    /// Whether run `run_id`'s dead letter is resolved (see [`is_resolved`]).
+    pub(crate) async fn resolved(&self, run_id: Option<uuid::Uuid>) -> Result<bool, DlqError> {
+        let Some(run_id) = run_id else {
+            return Ok(false);
+        };
+        Ok(self
+            .store
+            .get_run(run_id)
+            .await?
+            .is_some_and(|run| is_resolved(&run)))
     }
 
     /// Replays up to `limit` messages of `queue` (only those of job `job`, as `app/name`
@@ -182,7 +256,7 @@ impl DeadLetters {
         limit: u32,
         progress: impl Fn(&ReplayReport),
     ) -> Result<ReplayReport, DlqError> {
-        check_name(queue)?;
+        let kind = self.check_name(queue).await?;
         let job = job.map(|j| {
             if j.contains('/') {
                 j.to_string()
@@ -192,7 +266,7 @@ impl DeadLetters {
         });
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = self
-            .replay_on(&connection, queue, job.as_deref(), limit, progress)
+            .replay_on(&connection, queue, &kind, job.as_deref(), limit, progress)
             .await;
         close(&connection).await;
         let report = result?;
@@ -206,94 +280,9 @@ impl DeadLetters {
         Ok(report)
     }
 
-    async fn replay_on(
-        &self,
-        connection: &Connection,
-        queue: &str,
-        job: Option<&str>,
-        limit: u32,
-        progress: impl Fn(&ReplayReport),
-    ) -> Result<ReplayReport, DlqError> {
-        let (channel, depth) = open_queue(connection, queue).await?;
-        let mut report = ReplayReport::default();
-        // Each message is taken once; those left in place are held until the channel
-        // closes, which returns them to the queue in order.
-        for _ in 0..depth {
-            if report.replayed >= limit {
-                break;
-            }
-            let Some(message) = get(&channel, queue).await? else {
-                break;
-            };
-            let delivery = message.delivery;
-            let classified = message::classify(&delivery.data, &delivery.properties);
-            if job.is_some() && classified.job() != job {
-                continue;
-            }
-            let skip = |report: &mut ReplayReport, why: &str| {
-                *report.skipped.entry(why.to_string()).or_default() += 1;
-            };
-            match &classified.task {
-                Some(task) => match self.store.replay_run(task.task_id, Utc::now()).await? {
-                    Replay::Revived(item) => {
-                        let task = item.job.task_message(&item.run);
-                        self.publisher.declare_destination(&task).await?;
-                        let properties = BasicProperties::default()
-                            .with_content_type("application/json".into())
-                            .with_message_id(task.task_id.to_string().into())
-                            .with_app_id(self.node.as_str().into());
-                        // On failure the run stays `scheduled` and the reconciler publishes
-                        // it; the DLQ copy stays too.
-                        let (exchange, routing_key) = topology::task_route(&task);
-                        self.publisher
-                            .publish(exchange, &routing_key, &task.to_vec(), properties)
-                            .await?;
-                        self.store
-                            .mark_dispatched(&[task.task_id], Utc::now())
-                            .await?;
-                        delivery.ack(BasicAckOptions::default()).await?;
-                        metrics::counter!(telemetry::DLQ_REPLAYED, "queue" => queue.to_string())
-                            .increment(1);
-                        report.replayed += 1;
-                    }
-                    Replay::NotDead(_) => {
-                        delivery.ack(BasicAckOptions::default()).await?;
-                        report.discarded += 1;
-                    }
-                    Replay::Unknown => skip(&mut report, "run unknown (job deleted or run pruned)"),
-                },
-                None if job.is_some() => {}
-                None => match message::replay_route(queue, classified.origin.as_ref()) {
-                    Some((exchange, routing_key)) => {
-                        self.publisher
-                            .publish(
-                                &exchange,
-                                &routing_key,
-                                &delivery.data,
-                                strip_death(&delivery.properties),
-                            )
-                            .await?;
-                        delivery.ack(BasicAckOptions::default()).await?;
-                        metrics::counter!(telemetry::DLQ_REPLAYED, "queue" => queue.to_string())
-                            .increment(1);
-                        report.replayed += 1;
-                    }
-                    None => skip(&mut report, "origin unknown"),
-                },
-            }
-            progress(&report);
-        }
-        let _ = channel.close(200, "replay done".into()).await;
-        let (channel, remaining) = open_queue(connection, queue).await?;
-        // Closed before the connection is (see `close`).
-        let _ = channel.close(200, "replay done".into()).await;
-        report.remaining = remaining;
-        Ok(report)
-    }
-
     /// Empties `queue`; returns how many messages were removed.
     pub async fn purge(&self, queue: &str) -> Result<u32, DlqError> {
-        check_name(queue)?;
+        self.check_name(queue).await?;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = async {
             let (channel, _) = open_queue(&connection, queue).await?;
@@ -337,12 +326,16 @@ impl DeadLetters {
     }
 }
 
-fn check_name(queue: &str) -> Result<(), DlqError> {
-    if topology::is_dead_letter_queue(queue) {
-        Ok(())
-    } else {
-        Err(DlqError::NotADeadLetterQueue(queue.to_string()))
-    }
+/// Whether a run's dead letter is resolved: the run has since finished successfully —
+/// a result that arrived after it was given up was recorded on it, or a replay of it
+/// succeeded. Nothing is left to replay.
+pub(crate) fn is_resolved(run: &Run) -> bool {
+    run.state == RunState::Succeeded
+        || (run.state == RunState::Dead
+            && run
+                .history
+                .iter()
+                .any(|record| record.event == crate::domain::run::LATE_SUCCESS))
 }
 
 /// A channel on which `queue` is known to exist, and its depth. A missing queue closes
@@ -375,50 +368,48 @@ async fn get(channel: &Channel, queue: &str) -> Result<Option<BasicGetMessage>, 
         .await
 }
 
-async fn summarize(
-    connection: &Connection,
-    queue: &str,
-    sample: usize,
-) -> Result<DlqSummary, DlqError> {
-    let (channel, depth) = open_queue(connection, queue).await?;
-    let mut summary = DlqSummary {
-        queue: queue.to_string(),
-        depth,
-        oldest_age_s: None,
-        reasons: BTreeMap::new(),
-    };
-    for i in 0..sample.min(depth as usize) {
-        let Some(message) = get(&channel, queue).await? else {
-            break;
+impl DeadLetters {
+    /// `queue`'s depth and the age of its oldest message; with a `sample` over 1, the
+    /// reasons of its oldest `sample` messages and how many of them are resolved.
+    async fn summarize(
+        &self,
+        connection: &Connection,
+        queue: &str,
+        sample: usize,
+    ) -> Result<DlqSummary, DlqError> {
+        let (channel, depth) = open_queue(connection, queue).await?;
+        let mut summary = DlqSummary {
+            queue: queue.to_string(),
+            depth,
+            oldest_age_s: None,
+            reasons: BTreeMap::new(),
+            resolved: 0,
         };
-        let classified = message::classify(&message.delivery.data, &message.delivery.properties);
-        if i == 0 {
-            summary.oldest_age_s = classified
-                .dead_at
-                .map(|t| ((Utc::now() - t).num_milliseconds().max(0) as f64) / 1000.0);
-        }
-        if sample > 1 {
-            *summary.reasons.entry(classified.view.reason).or_default() += 1;
-        }
-    }
-    let _ = channel.close(200, "summary done".into()).await;
-    Ok(summary)
-}
-
-/// The properties of a raw replay: the original ones without the broker's death record.
-fn strip_death(properties: &BasicProperties) -> BasicProperties {
-    let mut headers = properties.headers().clone().unwrap_or_default();
-    let kept: FieldTable = {
-        let mut t = FieldTable::default();
-        for (k, v) in headers.inner() {
-            if !k.as_str().starts_with("x-death") && !k.as_str().starts_with("x-first-death") {
-                t.insert(k.clone(), v.clone());
+        let mut runs = Vec::new();
+        for i in 0..sample.min(depth as usize) {
+            let Some(message) = get(&channel, queue).await? else {
+                break;
+            };
+            let classified =
+                message::classify(&message.delivery.data, &message.delivery.properties);
+            if i == 0 {
+                summary.oldest_age_s = classified
+                    .dead_at
+                    .map(|t| ((Utc::now() - t).num_milliseconds().max(0) as f64) / 1000.0);
+            }
+            if sample > 1 {
+                runs.push(classified.view.run_id);
+                *summary.reasons.entry(classified.view.reason).or_default() += 1;
             }
         }
-        t
-    };
-    headers = kept;
-    properties.clone().with_headers(headers)
+        let _ = channel.close(200, "summary done".into()).await;
+        for run_id in runs {
+            if self.resolved(run_id).await? {
+                summary.resolved += 1;
+            }
+        }
+        Ok(summary)
+    }
 }
 
 /// Declares the reply queue and its dead-letter queue (idempotent) on a channel of its own.

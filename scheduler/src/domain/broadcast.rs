@@ -248,7 +248,9 @@ pub fn settle(
         .filter(|r| matches!(r.state, ReceiptState::Failed | ReceiptState::Lost))
         .collect();
     if failed.is_empty() {
-        let names: Vec<&str> = current.iter().map(|r| r.instance.as_str()).collect();
+        // Sorted, so the output does not depend on the order receipts arrived in.
+        let mut names: Vec<&str> = current.iter().map(|r| r.instance.as_str()).collect();
+        names.sort_unstable();
         run.state = RunState::Succeeded;
         run.finished_at = Some(now);
         run.due_at = None;
@@ -409,8 +411,9 @@ mod tests {
         let s = settings(3);
         let mut run = dispatched();
         let at = t0() + Duration::milliseconds(100);
-        assert!(apply_ack(&mut run, &s, &ack("a", at), at));
+        // Acked "b" first: the output lists instances sorted by id all the same.
         assert!(apply_ack(&mut run, &s, &ack("b", at), at));
+        assert!(apply_ack(&mut run, &s, &ack("a", at), at));
         assert!(
             !apply_ack(&mut run, &s, &ack("a", at), at),
             "a second ack is stale"

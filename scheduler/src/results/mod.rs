@@ -5,9 +5,11 @@
 //!   of a batch's first message (up to [`MAX_BATCH_REPLIES`]) goes to the store in a few
 //!   transactions (see [`reply_plan::rounds`]). A
 //!   message may itself be a batch (`"type": "batch"`); it is applied or dead-lettered
-//!   whole.
-//! - A message that does not parse is rejected without requeue, which dead-letters it to
-//!   `chime.replies.dlq`, and counted; it never stops the collector.
+//!   item by item.
+//! - A reply that does not parse or is invalid is dead-lettered to `chime.replies.dlq`
+//!   with its reason in the `x-chime-reject-reason` header, and counted by reason
+//!   ([`reject`]); in a batch, only the bad item is, and the other items are applied. It
+//!   never stops the collector.
 //! - When the store is unavailable the collector holds the replies and retries with
 //!   backoff (up to [`MAX_STORE_WAIT`]) instead of requeueing them: every return to a
 //!   quorum queue counts towards its delivery limit, and a requeue loop would
@@ -21,6 +23,7 @@
 //!   not judge an ack late while it waits here.
 
 mod progress;
+mod reject;
 mod validate;
 
 pub use progress::ReplyProgress;
@@ -33,8 +36,7 @@ use lapin::{
     Channel,
     message::Delivery,
     options::{
-        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
-        BasicQosOptions, BasicRejectOptions,
+        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
     },
     types::FieldTable,
 };
@@ -91,6 +93,8 @@ pub struct ResultCollector {
     probes: Probes,
     /// Told which runs got a reply, so their `dispatched` marks are not written.
     dispatch: DispatchHandle,
+    /// Where refused replies are dead-lettered with their reason.
+    rejects: reject::Rejects,
 }
 
 /// How the collector measures its progress through the reply queue (see [`progress`]).
@@ -113,9 +117,11 @@ impl ResultCollector {
         probes: Probes,
         dispatch: DispatchHandle,
     ) -> Self {
+        let amqp_url = amqp_url.into();
         Self {
             store,
-            amqp_url: amqp_url.into(),
+            rejects: reject::Rejects::new(&amqp_url),
+            amqp_url,
             probes,
             dispatch,
         }
@@ -145,7 +151,10 @@ impl ResultCollector {
                 .close(200, "chimed result collector stopping".into())
                 .await;
             match end {
-                Ok(()) => return,
+                Ok(()) => {
+                    self.rejects.close().await;
+                    return;
+                }
                 Err(error) => {
                     let delay = backoff.next_delay();
                     warn!(%error, retry_in_ms = delay.as_millis() as u64, "lost the reply consumer; reconnecting");
@@ -182,7 +191,7 @@ impl ResultCollector {
             let ended = loop {
                 match next {
                     Some(Some(Ok(delivery))) => {
-                        if let Some(received) = receive(delivery).await {
+                        if let Some(received) = self.receive(delivery).await {
                             replies += received.replies.len();
                             batch.push(received);
                         }
@@ -231,7 +240,13 @@ impl ResultCollector {
             }
             Err(Unapplied::Refused(error)) if batch.len() == 1 => {
                 error!(%error, replies = replies.len(), "the store refuses a reply; dead-lettering its message");
-                dead_letter(&last.delivery).await;
+                self.rejects
+                    .message(
+                        &last.delivery,
+                        reject::RejectKind::StoreRefused,
+                        &error.to_string(),
+                    )
+                    .await;
                 true
             }
             Err(Unapplied::Refused(_)) => {
@@ -248,7 +263,13 @@ impl ResultCollector {
                         }
                         Err(Unapplied::Refused(error)) => {
                             error!(%error, replies = replies.len(), "the store refuses a reply; dead-lettering its message");
-                            dead_letter(&received.delivery).await;
+                            self.rejects
+                                .message(
+                                    &received.delivery,
+                                    reject::RejectKind::StoreRefused,
+                                    &error.to_string(),
+                                )
+                                .await;
                         }
                     }
                 }
@@ -335,6 +356,132 @@ impl ResultCollector {
     }
 }
 
+impl ResultCollector {
+    /// Parses a delivery into its replies, ready for the store. A message that is not one
+    /// reply or a batch is dead-lettered whole; a bad item of a batch (one that does not
+    /// parse, speaks another version or names something invalid) alone, with its reason.
+    /// `None` when nothing in it is left to apply (the delivery is settled then).
+    async fn receive(&self, delivery: Delivery) -> Option<Received> {
+        match progress::Probe::parse(&delivery.properties, &delivery.data) {
+            Some(Ok(probe)) => {
+                return Some(Received {
+                    delivery,
+                    replies: Vec::new(),
+                    probe: Some(probe.sent_at),
+                });
+            }
+            Some(Err(error)) => {
+                warn!(%error, queue = topology::REPLY_QUEUE, "dead-lettering a malformed probe");
+                self.rejects
+                    .message(&delivery, reject::RejectKind::Malformed, &error.to_string())
+                    .await;
+                return None;
+            }
+            None => {}
+        }
+        let items = match Reply::items_from_slice(&delivery.data) {
+            Ok(items) => items,
+            Err(error) => {
+                warn!(%error, queue = topology::REPLY_QUEUE, "dead-lettering a malformed reply batch");
+                let kind = reject::RejectKind::of(&error);
+                self.rejects
+                    .message(&delivery, kind, &error.to_string())
+                    .await;
+                self.note_rejected(&delivery.data, &error.to_string()).await;
+                return None;
+            }
+        };
+        let now = chrono::Utc::now();
+        let mut replies = Vec::new();
+        let mut refused = Vec::new();
+        for item in items {
+            match item.reply {
+                Ok(mut reply) => match validate::admit(&mut reply, now) {
+                    Ok(()) => replies.push(reply),
+                    Err(reason) => refused.push((item.body, reject::RejectKind::Invalid, reason)),
+                },
+                Err(error) => {
+                    warn!(%error, queue = topology::REPLY_QUEUE, "dead-lettering a malformed reply");
+                    refused.push((item.body, reject::RejectKind::of(&error), error.to_string()));
+                }
+            }
+        }
+        if replies.is_empty() {
+            // Nothing to apply: one reason stands for the message (its only item, or the
+            // first refused one of a batch).
+            if let [(body, kind, reason)] = refused.as_slice()
+                && *body == delivery.data
+            {
+                self.rejects.message(&delivery, *kind, reason).await;
+                self.note_rejected(body, reason).await;
+                return None;
+            }
+        }
+        let mut all_published = true;
+        for (body, kind, reason) in &refused {
+            all_published &= self
+                .rejects
+                .item(body, &delivery.properties, *kind, reason)
+                .await;
+            self.note_rejected(body, reason).await;
+        }
+        if replies.is_empty() {
+            // Settled here; a batch whose refused items could not be published goes to
+            // the broker's dead-lettering whole rather than being lost.
+            let _ = if all_published {
+                delivery.ack(BasicAckOptions::default()).await
+            } else {
+                delivery
+                    .reject(lapin::options::BasicRejectOptions { requeue: false })
+                    .await
+            };
+            return None;
+        }
+        Some(Received {
+            delivery,
+            replies,
+            probe: None,
+        })
+    }
+}
+
+impl ResultCollector {
+    /// Notes a refused reply on its run's history (event `reply_rejected`, with the
+    /// reason), if its `task_id` is readable and the run exists. Best effort: a store
+    /// failure is logged, never retried.
+    async fn note_rejected(&self, body: &[u8], reason: &str) {
+        #[derive(serde::Deserialize)]
+        struct About {
+            task_id: Option<uuid::Uuid>,
+            attempt: Option<u32>,
+            consumer: Option<String>,
+        }
+        // Fields not named are skipped, which has no depth limit.
+        let Ok(About {
+            task_id: Some(task_id),
+            attempt,
+            consumer,
+        }) = serde_json::from_slice::<About>(body)
+        else {
+            return;
+        };
+        let record = chime_consumer::protocol::AttemptRecord {
+            attempt: attempt.unwrap_or(0),
+            event: REPLY_REJECTED.into(),
+            at: chrono::Utc::now(),
+            consumer: consumer.filter(|c| topology::is_valid_instance(c)),
+            error: Some(reason.chars().take(1024).collect()),
+            retry_at: None,
+        };
+        if let Err(error) = self.store.note_on_run(task_id, &record).await {
+            warn!(%error, %task_id, "cannot note a refused reply on its run");
+        }
+    }
+}
+
+/// The history event of a reply the collector refused.
+pub const REPLY_REJECTED: &str = "reply_rejected";
+
 /// The runs a recorded round moved on from `scheduled` or `dispatched`: those of the
 /// replies about a task (an ack, a heartbeat or a result) that applied.
 fn answered_runs<'a>(
@@ -346,44 +493,6 @@ fn answered_runs<'a>(
         .zip(applied)
         .filter(|(_, (effect, _))| *effect == ReplyEffect::Applied)
         .filter_map(|(reply, _)| reply.task_id())
-}
-
-/// Parses a delivery into its replies, ready for the store; dead-letters it (and returns
-/// `None`) if it does not parse or a reply in it names something unroutable.
-async fn receive(delivery: Delivery) -> Option<Received> {
-    match progress::Probe::parse(&delivery.properties, &delivery.data) {
-        Some(Ok(probe)) => {
-            return Some(Received {
-                delivery,
-                replies: Vec::new(),
-                probe: Some(probe.sent_at),
-            });
-        }
-        Some(Err(error)) => {
-            warn!(%error, queue = topology::REPLY_QUEUE, "dead-lettering a malformed probe");
-            dead_letter(&delivery).await;
-            return None;
-        }
-        None => {}
-    }
-    let mut replies = match Reply::many_from_slice(&delivery.data) {
-        Ok(replies) => replies,
-        Err(error) => {
-            warn!(%error, queue = topology::REPLY_QUEUE, "dead-lettering a malformed reply");
-            dead_letter(&delivery).await;
-            return None;
-        }
-    };
-    let now = chrono::Utc::now();
-    if !replies.iter_mut().all(|reply| validate::admit(reply, now)) {
-        dead_letter(&delivery).await;
-        return None;
-    }
-    Some(Received {
-        delivery,
-        replies,
-        probe: None,
-    })
 }
 
 /// Counts what one reply did.
@@ -423,11 +532,6 @@ fn count_outcome(state: RunState, result: &ResultMessage) {
         }
         _ => {}
     }
-}
-
-async fn dead_letter(delivery: &Delivery) {
-    metrics::counter!(telemetry::MALFORMED, "queue" => topology::REPLY_QUEUE).increment(1);
-    let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
 }
 
 async fn requeue(delivery: &Delivery) {

@@ -6,35 +6,65 @@ use serde_json::Value;
 use tracing::warn;
 
 use chime_consumer::protocol::{
-    MAX_OBSERVER_PATTERNS, ObserveMessage, PresenceMessage, Reply, TaskOutcome, topology,
+    AckMessage, HeartbeatMessage, MAX_OBSERVER_PATTERNS, ObserveMessage, PresenceMessage, Progress,
+    Reply, ResultMessage, TaskOutcome, topology,
 };
 
 /// Prepares a reply for the store: replaces what PostgreSQL cannot store, checks the
-/// names in presence messages and registrations, and stamps those with `now`, this
-/// node's clock (liveness is judged by it, not the sender's). False if the reply must be
-/// dead-lettered.
-pub(super) fn admit(reply: &mut Reply, now: DateTime<Utc>) -> bool {
+/// names in presence messages and registrations and the `consumer` of acks, heartbeats
+/// and results (an instance id, like a presence message's), and stamps presence messages
+/// and registrations with `now`, this node's clock (liveness is judged by it, not the
+/// sender's). The reason, if the reply must be dead-lettered.
+pub(super) fn admit(reply: &mut Reply, now: DateTime<Utc>) -> Result<(), String> {
     sanitise(reply);
     match reply {
         Reply::Presence(presence) if !valid_presence(presence) => {
             warn!(instance = %presence.instance, group = %presence.group,
                 "dead-lettering a presence message with an invalid group or zone name");
-            false
+            Err("invalid presence: instance, group or zone is not a valid name".into())
         }
         Reply::Observe(observe) if !valid_observe(observe) => {
             warn!(observer = %observe.observer, patterns = observe.patterns.len(),
                 "dead-lettering an observer registration with an invalid name or pattern");
-            false
+            Err(format!(
+                "invalid observer registration: a valid observer name and 1 to {MAX_OBSERVER_PATTERNS} valid topic patterns are required"
+            ))
         }
         Reply::Presence(presence) => {
             presence.at = now;
-            true
+            Ok(())
         }
         Reply::Observe(observe) => {
             observe.at = now;
-            true
+            Ok(())
         }
-        Reply::Ack(_) | Reply::Heartbeat(_) | Reply::Result(_) => true,
+        Reply::Heartbeat(HeartbeatMessage {
+            task_id,
+            progress:
+                Some(Progress {
+                    percent: Some(percent),
+                    ..
+                }),
+            ..
+        }) if !(0.0..=100.0).contains(percent) => {
+            warn!(%task_id, percent, "dead-lettering a heartbeat with a percent outside 0 to 100");
+            Err(format!(
+                "invalid progress: percent {percent} is outside 0 to 100"
+            ))
+        }
+        Reply::Ack(AckMessage { consumer, .. })
+        | Reply::Heartbeat(HeartbeatMessage { consumer, .. })
+        | Reply::Result(ResultMessage { consumer, .. }) => {
+            if topology::is_valid_instance(consumer) {
+                Ok(())
+            } else {
+                warn!(task_id = ?reply.task_id(), "dead-lettering a reply with an invalid consumer id");
+                Err(format!(
+                    "invalid consumer: 1 to {} printable ASCII characters without spaces",
+                    topology::MAX_NAME_LEN
+                ))
+            }
+        }
     }
 }
 
@@ -116,7 +146,7 @@ fn sanitise(reply: &mut Reply) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chime_consumer::protocol::{ResultMessage, TaskError};
+    use chime_consumer::protocol::TaskError;
     use serde_json::json;
 
     #[test]
@@ -197,5 +227,56 @@ mod tests {
             .map(|i| format!("a{i}.*"))
             .collect();
         assert!(!valid_observe(&observe("audit", too_many)));
+    }
+
+    #[test]
+    fn acks_heartbeats_and_results_must_name_a_valid_consumer() {
+        let ack = |consumer: &str| {
+            Reply::Ack(AckMessage {
+                v: 1,
+                task_id: uuid::Uuid::nil(),
+                attempt: 1,
+                consumer: consumer.into(),
+                acked_at: chrono::Utc::now(),
+            })
+        };
+        let now = chrono::Utc::now();
+        assert!(admit(&mut ack("orders-7f9c-12"), now).is_ok());
+        for bad in [
+            "",
+            "a b",
+            &"x".repeat(topology::MAX_NAME_LEN + 1),
+            "caf\u{e9}",
+        ] {
+            let error = admit(&mut ack(bad), now).unwrap_err();
+            assert!(error.starts_with("invalid consumer"), "{bad:?}: {error}");
+        }
+        // A NUL is replaced first, and the replacement is not printable ASCII.
+        assert!(admit(&mut ack("a\0b"), now).is_err());
+    }
+
+    #[test]
+    fn progress_percent_must_be_0_to_100() {
+        let heartbeat = |percent: f64| {
+            Reply::Heartbeat(HeartbeatMessage {
+                v: 1,
+                task_id: uuid::Uuid::nil(),
+                attempt: 1,
+                consumer: "c1".into(),
+                at: chrono::Utc::now(),
+                progress: Some(Progress {
+                    percent: Some(percent),
+                    note: None,
+                }),
+            })
+        };
+        let now = chrono::Utc::now();
+        for ok in [0.0, 42.5, 100.0] {
+            assert!(admit(&mut heartbeat(ok), now).is_ok(), "{ok}");
+        }
+        for bad in [-0.1, 100.5, 1e300] {
+            let error = admit(&mut heartbeat(bad), now).unwrap_err();
+            assert!(error.starts_with("invalid progress"), "{bad}: {error}");
+        }
     }
 }

@@ -344,6 +344,9 @@ pub enum Replay {
     Unknown,
 }
 
+/// Longest history [`Store::note_on_run`] appends to.
+pub const MAX_NOTES: usize = 100;
+
 /// Jobs and runs, durably. Every method is safe to call concurrently.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -589,6 +592,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every distinct pattern some observer registered since `since`.
     async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError>;
+
+    /// Every observer with a registration on record (whatever its age), by name, each
+    /// once: the observers whose queues and dead-letter queues Chime knows of.
+    async fn observer_names(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Appends `record` to run `run_id`'s history and changes nothing else: a note, such
+    /// as a reply about the run that the collector refused. A run's history takes at most
+    /// [`MAX_NOTES`] entries this way, so a misbehaving sender cannot grow it without end.
+    /// False if there is no such run or its history is that long already.
+    async fn note_on_run(&self, run_id: Uuid, record: &AttemptRecord) -> Result<bool, StoreError>;
 
     /// Deletes at most `limit` finished runs — `succeeded`, or `dead` with the dead letter
     /// no longer pending — that finished before `cutoff`, oldest first, in one short

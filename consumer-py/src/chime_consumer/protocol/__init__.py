@@ -5,6 +5,8 @@ topology (:mod:`.topology`)."""
 
 from .messages import (
     MAX_OBSERVER_PATTERNS,
+    MAX_OUTPUT_BYTES,
+    MAX_OUTPUT_DEPTH,
     OBSERVE_INTERVAL_MS,
     OBSERVER_TTL_MS,
     PRESENCE_INTERVAL_MS,
@@ -31,6 +33,7 @@ from .messages import (
     replies_from_json,
     reply_from_json,
     reply_to_json,
+    within_limits,
 )
 from .run_id import (
     RUN_ID_NAMESPACE,
@@ -42,6 +45,8 @@ from .run_id import (
 
 __all__ = [
     "MAX_OBSERVER_PATTERNS",
+    "MAX_OUTPUT_BYTES",
+    "MAX_OUTPUT_DEPTH",
     "OBSERVE_INTERVAL_MS",
     "OBSERVER_TTL_MS",
     "PRESENCE_INTERVAL_MS",
@@ -73,4 +78,5 @@ __all__ = [
     "reply_from_json",
     "reply_to_json",
     "run_id",
+    "within_limits",
 ]

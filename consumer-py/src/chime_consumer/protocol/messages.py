@@ -32,6 +32,10 @@ MAX_OBSERVER_PATTERNS = 64
 OBSERVE_INTERVAL_MS = 10 * 60 * 1_000
 #: How long a pattern stays registered after its observer last announced it.
 OBSERVER_TTL_MS = 7 * 24 * 60 * 60 * 1_000
+#: Largest handler output a result may carry, in bytes of compact JSON.
+MAX_OUTPUT_BYTES = 1024 * 1024
+#: Deepest nesting of a handler output (each array or object is one level; a scalar is 0).
+MAX_OUTPUT_DEPTH = 100
 
 _U32_MAX = 2**32 - 1
 _U64_MAX = 2**64 - 1
@@ -146,6 +150,11 @@ def _check_version(found: int) -> None:
 
 def _dump(value: Mapping[str, Any]) -> bytes:
     """Compact JSON, UTF-8, and never NaN or infinity (they are not JSON)."""
+    return _compact(value)
+
+
+def _compact(value: Any) -> bytes:
+    """Any JSON value as compact UTF-8 JSON, never NaN or infinity."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
@@ -299,6 +308,44 @@ class Failed:
 
 #: A handler's outcome, as reported and as recorded in idempotency stores.
 TaskOutcome = Union[Succeeded, Failed]
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and dicts (0 for a scalar), without recursion."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Sequence[Any] = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def within_limits(outcome: TaskOutcome) -> TaskOutcome:
+    """The outcome as a result may carry it: a success whose output is over
+    :data:`MAX_OUTPUT_BYTES` or nested deeper than :data:`MAX_OUTPUT_DEPTH` becomes a
+    permanent failure saying so (the scheduler could not take it). Same as the Rust
+    library's ``TaskOutcome::within_limits``."""
+    if not isinstance(outcome, Succeeded) or outcome.output is None:
+        return outcome
+    depth = json_depth(outcome.output)
+    if depth > MAX_OUTPUT_DEPTH:
+        message = f"handler output is nested {depth} levels deep; the limit is {MAX_OUTPUT_DEPTH}"
+    else:
+        try:
+            size = len(_compact(outcome.output))
+        except (TypeError, ValueError) as error:
+            return Failed(TaskError(f"handler output does not serialise: {error}", False))
+        if size <= MAX_OUTPUT_BYTES:
+            return outcome
+        message = f"handler output is {size} bytes of JSON; the limit is {MAX_OUTPUT_BYTES}"
+    return Failed(TaskError(message, False))
 
 
 def outcome_from_dict(value: Any) -> TaskOutcome:

@@ -48,8 +48,9 @@ def parse_instant(text: str) -> datetime:
 
 
 def format_instant(at: datetime) -> str:
-    """Writes an instant as RFC 3339 in UTC with a ``Z``: no fraction when it is a
-    whole second, milliseconds when that is exact, else microseconds.
+    """Writes an instant as the protocol does: RFC 3339 in UTC with a ``Z`` and exactly
+    three fractional digits (milliseconds; finer digits are cut), as the Rust library's
+    ``protocol::instant::format``.
 
     A naive ``datetime`` is refused: the protocol's instants are absolute.
     """
@@ -57,12 +58,7 @@ def format_instant(at: datetime) -> str:
         raise ValueError("instants must be timezone-aware")
     at = at.astimezone(timezone.utc)
     text = at.strftime("%Y-%m-%dT%H:%M:%S")
-    micros = at.microsecond
-    if micros == 0:
-        return text + "Z"
-    if micros % 1000 == 0:
-        return f"{text}.{micros // 1000:03d}Z"
-    return f"{text}.{micros:06d}Z"
+    return f"{text}.{at.microsecond // 1000:03d}Z"
 
 
 def utc_now() -> datetime:

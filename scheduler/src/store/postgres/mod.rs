@@ -1035,6 +1035,27 @@ impl Store for PostgresStore {
         Ok(patterns)
     }
 
+    async fn observer_names(&self) -> Result<Vec<String>, StoreError> {
+        let names = sqlx::query_scalar("SELECT DISTINCT name FROM observers ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(names)
+    }
+
+    async fn note_on_run(&self, run_id: Uuid, record: &AttemptRecord) -> Result<bool, StoreError> {
+        let noted = sqlx::query(
+            "UPDATE runs SET history = history || jsonb_build_array($2::jsonb) WHERE id = $1 AND jsonb_array_length(history) < $3",
+        )
+        .bind(run_id)
+        .bind(record_json(Some(record)))
+        .bind(super::MAX_NOTES as i32)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1;
+        Ok(noted)
+    }
+
     async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         self.delete_batch(prune_runs!(), cutoff, limit).await
     }

@@ -1030,6 +1030,29 @@ impl Store for SqliteStore {
         Ok(patterns)
     }
 
+    async fn observer_names(&self) -> Result<Vec<String>, StoreError> {
+        let names = sqlx::query_scalar("SELECT DISTINCT name FROM observers ORDER BY name")
+            .fetch_all(&self.readers)
+            .await?;
+        Ok(names)
+    }
+
+    async fn note_on_run(&self, run_id: Uuid, record: &AttemptRecord) -> Result<bool, StoreError> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let noted = sqlx::query(
+            "UPDATE runs SET history = json_insert(history, '$[#]', json(?2)) WHERE id = ?1 AND json_array_length(history) < ?3",
+        )
+        .bind(run_id.to_string())
+        .bind(record_text(Some(record)))
+        .bind(super::MAX_NOTES as i64)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        tx.commit().await?;
+        Ok(noted)
+    }
+
     async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
         self.delete_batch(
             concat!(
