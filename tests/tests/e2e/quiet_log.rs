@@ -78,7 +78,21 @@ async fn a_normal_day_logs_no_error_and_no_unexplained_warning() {
     })
     .await;
 
-    // A dead-letter queue nobody declared: 404, and nothing in the log about it.
+    // A group some job targets whose dead-letter queue is gone (deleted by an operator):
+    // 404, and nothing in the log about it.
+    api.create_job(json!({
+        "app": "e2e", "name": "unfired", "schedule": {"every": "1h"},
+        "target": {"group": "nobody"}, "paused": true,
+    }))
+    .await;
+    let (_connection, channel) = vhost.channel().await;
+    channel
+        .queue_delete(
+            "chime.group.nobody.dlq".into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await
+        .expect("delete the dead-letter queue");
     let (status, body) = api
         .call(Method::GET, "/v1/dlq/chime.group.nobody.dlq/messages", None)
         .await;
