@@ -88,6 +88,10 @@ pub struct ReconcileSettings {
     /// first-attempt `scheduled` fires later than this by their job's misfire policy
     /// ([`missed`]).
     pub misfire_grace: Duration,
+    /// How long a start or takeover pass waits for acks of the previous owner's past-due
+    /// `scheduled` runs before publishing them again (`takeover_ack_wait`, default
+    /// [`TAKEOVER_ACK_WAIT`]); zero publishes them at once.
+    pub takeover_ack_wait: Duration,
 }
 
 /// Why a pass runs.
@@ -396,17 +400,17 @@ impl Reconciler {
 
     /// Of the previous owner's `scheduled` runs whose fire time has passed (found by a
     /// takeover or start pass), those still `scheduled` after waiting up to
-    /// [`TAKEOVER_ACK_WAIT`] for their acks: a task the dead node published reaches a
+    /// `takeover_ack_wait` ([`TAKEOVER_ACK_WAIT`] by default) for their acks: a task the dead node published reaches a
     /// live consumer within milliseconds, and its ack makes the run `acked`; publishing
     /// it again would hand a second copy to another instance, whose idempotency store
     /// (in memory by default) may not know it. Those answered meanwhile are counted in
     /// `chime_republishes_withheld_total{reason="takeover_answered"}`.
     async fn unanswered(&self, items: Vec<OverdueRun>) -> Result<Vec<OverdueRun>, StoreError> {
-        if items.is_empty() {
+        if items.is_empty() || self.settings.takeover_ack_wait.is_zero() {
             return Ok(items);
         }
         let ids: Vec<uuid::Uuid> = items.iter().map(|i| i.run.id).collect();
-        let deadline = tokio::time::Instant::now() + TAKEOVER_ACK_WAIT;
+        let deadline = tokio::time::Instant::now() + self.settings.takeover_ack_wait;
         let mut still = self.store.scheduled_runs(&ids).await?;
         while !still.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(
@@ -682,6 +686,7 @@ mod tests {
                 interval: Duration::from_secs(1),
                 armed_ahead: arming_horizon(fire_ahead),
                 misfire_grace: Duration::from_secs(5),
+                takeover_ack_wait: TAKEOVER_ACK_WAIT,
             };
             // One fire transaction records up to the horizon, past `fire_ahead` itself.
             let armed = chrono::Duration::from_std(arming_horizon(fire_ahead)).unwrap();
