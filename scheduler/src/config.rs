@@ -619,6 +619,26 @@ mod tests {
     }
 
     #[test]
+    fn takeover_ack_wait_is_off_or_at_most_two_seconds() {
+        let with = |value: &'static str| {
+            Layers::new()
+                .env(move |var| (var == "CHIME_TAKEOVER_ACK_WAIT").then(|| value.to_string()))
+                .build()
+        };
+        assert_eq!(
+            Layers::new().build().unwrap().takeover_ack_wait,
+            crate::reconcile::TAKEOVER_ACK_WAIT
+        );
+        assert_eq!(with("0s").unwrap().takeover_ack_wait, Duration::ZERO);
+        assert_eq!(
+            with("2s").unwrap().takeover_ack_wait,
+            Duration::from_secs(2)
+        );
+        let err = with("2001ms").unwrap_err().to_string();
+        assert!(err.contains("use 0s to 2s"), "{err}");
+    }
+
+    #[test]
     fn run_retention_is_off_or_at_least_an_hour() {
         let with = |value: &'static str| {
             Layers::new()
