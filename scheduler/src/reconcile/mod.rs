@@ -247,6 +247,9 @@ impl Reconciler {
     ) -> Result<(), StoreError> {
         let reason = kind.reason();
         let mut cursor = None;
+        // One takeover wait per pass, however many pages it reads: the previous owner
+        // published before it died, so the acks of every page come in by the same time.
+        let mut ack_deadline = None;
         loop {
             let now = Utc::now();
             let cutoff = now + unconfirmed;
@@ -348,7 +351,7 @@ impl Reconciler {
                 }
             }
             let mut publish = missed::judge(self.store.as_ref(), missed, now, grace).await?;
-            publish.extend(self.unanswered(maybe_published).await?);
+            publish.extend(self.unanswered(maybe_published, &mut ack_deadline).await?);
             for item in publish {
                 metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
                 self.dispatch.resubmit([item.job.task_message(&item.run)]);
@@ -405,12 +408,24 @@ impl Reconciler {
     /// it again would hand a second copy to another instance, whose idempotency store
     /// (in memory by default) may not know it. Those answered meanwhile are counted in
     /// `chime_republishes_withheld_total{reason="takeover_answered"}`.
-    async fn unanswered(&self, items: Vec<OverdueRun>) -> Result<Vec<OverdueRun>, StoreError> {
+    ///
+    /// The wait ends at `deadline`, which the pass's first page to wait sets; later pages
+    /// wait only for what is left of it, so a takeover of many pages waits
+    /// `takeover_ack_wait` once, not once per page.
+    async fn unanswered(
+        &self,
+        items: Vec<OverdueRun>,
+        deadline: &mut Option<tokio::time::Instant>,
+    ) -> Result<Vec<OverdueRun>, StoreError> {
         if items.is_empty() || self.settings.takeover_ack_wait.is_zero() {
             return Ok(items);
         }
         let ids: Vec<uuid::Uuid> = items.iter().map(|i| i.run.id).collect();
-        let deadline = tokio::time::Instant::now() + self.settings.takeover_ack_wait;
+        let deadline = takeover_deadline(
+            deadline,
+            tokio::time::Instant::now(),
+            self.settings.takeover_ack_wait,
+        );
         let mut still = self.store.scheduled_runs(&ids).await?;
         while !still.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(
@@ -629,6 +644,16 @@ impl Reconciler {
     }
 }
 
+/// When a pass's takeover wait ends: `now + wait` for its first page with runs to wait
+/// for, the same instant for every later page.
+fn takeover_deadline(
+    deadline: &mut Option<tokio::time::Instant>,
+    now: tokio::time::Instant,
+    wait: Duration,
+) -> tokio::time::Instant {
+    *deadline.get_or_insert(now + wait)
+}
+
 /// The work queue that holds `item`'s task (None for a broadcast run).
 fn run_queue(item: &OverdueRun) -> Option<String> {
     let group = &item.job.spec.settings.target.group;
@@ -663,6 +688,24 @@ mod tests {
             fire_ahead,
         }
         .arming_horizon()
+    }
+
+    #[test]
+    fn a_takeover_of_many_pages_waits_for_acks_once() {
+        let start = tokio::time::Instant::now();
+        let wait = TAKEOVER_ACK_WAIT;
+        let mut deadline = None;
+        let first = takeover_deadline(&mut deadline, start, wait);
+        assert_eq!(first, start + wait);
+        // A later page, read after the first page's wait ran out, does not wait again.
+        let later = takeover_deadline(&mut deadline, start + wait * 3, wait);
+        assert_eq!(later, first);
+        // A new pass waits afresh.
+        let mut next_pass = None;
+        assert_eq!(
+            takeover_deadline(&mut next_pass, start + wait * 3, wait),
+            start + wait * 4
+        );
     }
 
     #[test]
