@@ -97,6 +97,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "publish a recorded run again when the broker has not confirmed it after this long",
     },
     Setting {
+        key: "takeover_ack_wait",
+        env: "CHIME_TAKEOVER_ACK_WAIT",
+        default: "500ms",
+        doc: "how long a takeover (or start) pass waits for acks of the previous owner's past-due unmarked runs before publishing them again; 0s publishes at once (0s – 2s)",
+    },
+    Setting {
         key: "reconcile_interval",
         env: "CHIME_RECONCILE_INTERVAL",
         default: "1s",
@@ -199,6 +205,9 @@ pub struct Config {
     pub republish_after: Duration,
     /// How often the reconciler looks for overdue runs. Default 1 s.
     pub reconcile_interval: Duration,
+    /// How long a takeover or start pass waits for acks of the previous owner's past-due
+    /// `scheduled` runs before it publishes them again. Default 500 ms; at most 2 s.
+    pub takeover_ack_wait: Duration,
     /// Age (since `finished_at`) past which finished runs are deleted. Default 7 days;
     /// `None` (written `0s`) keeps them forever.
     pub run_retention: Option<Duration>,
@@ -402,6 +411,7 @@ impl Layers {
             misfire_grace: parse("misfire_grace").duration()?,
             republish_after: parse("republish_after").duration()?,
             reconcile_interval: parse("reconcile_interval").duration()?,
+            takeover_ack_wait: parse("takeover_ack_wait").duration()?,
             run_retention: Some(parse("run_retention").duration()?).filter(|age| !age.is_zero()),
             shutdown_timeout: parse("shutdown_timeout").duration()?,
             node_name: parse("node_name").text(),
@@ -459,6 +469,11 @@ impl Layers {
             (Duration::from_millis(100)..=Duration::from_secs(60))
                 .contains(&config.reconcile_interval),
             "use 100ms to 60s",
+        )?;
+        // Waited on every takeover: longer would eat into the failover gap's 3 s target.
+        parse("takeover_ack_wait").check(
+            config.takeover_ack_wait <= Duration::from_secs(2),
+            "use 0s to 2s",
         )?;
         parse("run_retention").check(
             config
@@ -601,6 +616,26 @@ mod tests {
             config.run_retention,
             Some(Duration::from_secs(7 * 24 * 3600))
         );
+    }
+
+    #[test]
+    fn takeover_ack_wait_is_off_or_at_most_two_seconds() {
+        let with = |value: &'static str| {
+            Layers::new()
+                .env(move |var| (var == "CHIME_TAKEOVER_ACK_WAIT").then(|| value.to_string()))
+                .build()
+        };
+        assert_eq!(
+            Layers::new().build().unwrap().takeover_ack_wait,
+            crate::reconcile::TAKEOVER_ACK_WAIT
+        );
+        assert_eq!(with("0s").unwrap().takeover_ack_wait, Duration::ZERO);
+        assert_eq!(
+            with("2s").unwrap().takeover_ack_wait,
+            Duration::from_secs(2)
+        );
+        let err = with("2001ms").unwrap_err().to_string();
+        assert!(err.contains("use 0s to 2s"), "{err}");
     }
 
     #[test]

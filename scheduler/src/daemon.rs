@@ -107,6 +107,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             interval: config.reconcile_interval,
             armed_ahead: timer_settings.arming_horizon(),
             misfire_grace: config.misfire_grace,
+            takeover_ack_wait: config.takeover_ack_wait,
         },
     );
     let pruner = Pruner::new(store.clone(), RetentionSettings::new(config.run_retention));

@@ -97,6 +97,11 @@ impl TestConsumer {
         self.child.wait().await.expect("wait for consumer")
     }
 
+    /// Sends it a signal by name (`STOP`, `CONT`, ...).
+    pub fn signal(&self, sig: &str) {
+        chimed::signal(&self.child, sig);
+    }
+
     /// Kills it with SIGKILL.
     pub async fn kill(mut self) {
         chimed::signal(&self.child, "KILL");

@@ -88,6 +88,10 @@ pub struct ReconcileSettings {
     /// first-attempt `scheduled` fires later than this by their job's misfire policy
     /// ([`missed`]).
     pub misfire_grace: Duration,
+    /// How long a start or takeover pass waits for acks of the previous owner's past-due
+    /// `scheduled` runs before publishing them again (`takeover_ack_wait`, default
+    /// [`TAKEOVER_ACK_WAIT`]); zero publishes them at once.
+    pub takeover_ack_wait: Duration,
 }
 
 /// Why a pass runs.
@@ -243,6 +247,9 @@ impl Reconciler {
     ) -> Result<(), StoreError> {
         let reason = kind.reason();
         let mut cursor = None;
+        // One takeover wait per pass, however many pages it reads: the previous owner
+        // published before it died, so the acks of every page come in by the same time.
+        let mut ack_deadline = None;
         loop {
             let now = Utc::now();
             let cutoff = now + unconfirmed;
@@ -344,7 +351,7 @@ impl Reconciler {
                 }
             }
             let mut publish = missed::judge(self.store.as_ref(), missed, now, grace).await?;
-            publish.extend(self.unanswered(maybe_published).await?);
+            publish.extend(self.unanswered(maybe_published, &mut ack_deadline).await?);
             for item in publish {
                 metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
                 self.dispatch.resubmit([item.job.task_message(&item.run)]);
@@ -396,17 +403,29 @@ impl Reconciler {
 
     /// Of the previous owner's `scheduled` runs whose fire time has passed (found by a
     /// takeover or start pass), those still `scheduled` after waiting up to
-    /// [`TAKEOVER_ACK_WAIT`] for their acks: a task the dead node published reaches a
+    /// `takeover_ack_wait` ([`TAKEOVER_ACK_WAIT`] by default) for their acks: a task the dead node published reaches a
     /// live consumer within milliseconds, and its ack makes the run `acked`; publishing
     /// it again would hand a second copy to another instance, whose idempotency store
     /// (in memory by default) may not know it. Those answered meanwhile are counted in
     /// `chime_republishes_withheld_total{reason="takeover_answered"}`.
-    async fn unanswered(&self, items: Vec<OverdueRun>) -> Result<Vec<OverdueRun>, StoreError> {
-        if items.is_empty() {
+    ///
+    /// The wait ends at `deadline`, which the pass's first page to wait sets; later pages
+    /// wait only for what is left of it, so a takeover of many pages waits
+    /// `takeover_ack_wait` once, not once per page.
+    async fn unanswered(
+        &self,
+        items: Vec<OverdueRun>,
+        deadline: &mut Option<tokio::time::Instant>,
+    ) -> Result<Vec<OverdueRun>, StoreError> {
+        if items.is_empty() || self.settings.takeover_ack_wait.is_zero() {
             return Ok(items);
         }
         let ids: Vec<uuid::Uuid> = items.iter().map(|i| i.run.id).collect();
-        let deadline = tokio::time::Instant::now() + TAKEOVER_ACK_WAIT;
+        let deadline = takeover_deadline(
+            deadline,
+            tokio::time::Instant::now(),
+            self.settings.takeover_ack_wait,
+        );
         let mut still = self.store.scheduled_runs(&ids).await?;
         while !still.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(
@@ -625,6 +644,16 @@ impl Reconciler {
     }
 }
 
+/// When a pass's takeover wait ends: `now + wait` for its first page with runs to wait
+/// for, the same instant for every later page.
+fn takeover_deadline(
+    deadline: &mut Option<tokio::time::Instant>,
+    now: tokio::time::Instant,
+    wait: Duration,
+) -> tokio::time::Instant {
+    *deadline.get_or_insert(now + wait)
+}
+
 /// The work queue that holds `item`'s task (None for a broadcast run).
 fn run_queue(item: &OverdueRun) -> Option<String> {
     let group = &item.job.spec.settings.target.group;
@@ -662,6 +691,24 @@ mod tests {
     }
 
     #[test]
+    fn a_takeover_of_many_pages_waits_for_acks_once() {
+        let start = tokio::time::Instant::now();
+        let wait = TAKEOVER_ACK_WAIT;
+        let mut deadline = None;
+        let first = takeover_deadline(&mut deadline, start, wait);
+        assert_eq!(first, start + wait);
+        // A later page, read after the first page's wait ran out, does not wait again.
+        let later = takeover_deadline(&mut deadline, start + wait * 3, wait);
+        assert_eq!(later, first);
+        // A new pass waits afresh.
+        let mut next_pass = None;
+        assert_eq!(
+            takeover_deadline(&mut next_pass, start + wait * 3, wait),
+            start + wait * 4
+        );
+    }
+
+    #[test]
     fn a_pass_report_says_why_each_run_went_out_again() {
         let mut report = PassReport::default();
         for reason in ["ack_timeout", "unconfirmed", "ack_timeout", "retry"] {
@@ -682,6 +729,7 @@ mod tests {
                 interval: Duration::from_secs(1),
                 armed_ahead: arming_horizon(fire_ahead),
                 misfire_grace: Duration::from_secs(5),
+                takeover_ack_wait: TAKEOVER_ACK_WAIT,
             };
             // One fire transaction records up to the horizon, past `fire_ahead` itself.
             let armed = chrono::Duration::from_std(arming_horizon(fire_ahead)).unwrap();

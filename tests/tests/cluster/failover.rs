@@ -89,6 +89,15 @@ async fn sigkill_one_of_three_nodes_loses_and_doubles_nothing() {
 /// runs it may have published before dying, so with three consumer instances on default
 /// settings (each with its own in-memory idempotency store) no handler runs twice, no
 /// fire is lost, and the gap stays within the bound.
+///
+/// With quick consumers every task the dead node published is acked long before its
+/// lease expires, so a plain kill cannot tell the wait from no wait (measured: no
+/// duplicate with `takeover_ack_wait=0s` either). Here the consumers are frozen
+/// (SIGSTOP) just before the kill and thawed as soon as a survivor reports the takeover:
+/// the dead node's last tasks sit unacked in their buffers, as behind a busy or slow
+/// consumer, and their acks come in during the takeover's wait. With
+/// `CHIME_TAKEOVER_ACK_WAIT=0s` the takeover publishes them again at once and this test
+/// fails (a handler runs twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_runs_no_handler_twice_on_three_consumers() {
     let _one = exclusive().await;
@@ -98,7 +107,36 @@ async fn sigkill_under_load_runs_no_handler_twice_on_three_consumers() {
     cluster.wait_balanced(3, Duration::from_secs(20)).await;
     let jobs = cluster.create_jobs(JOBS, json!({})).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
+    let takeovers = async |cluster: &Cluster| {
+        let mut taken = 0.0;
+        for slot in [0, 2] {
+            taken += metric(
+                &cluster.node(slot).api.metrics().await,
+                "chime_shard_takeovers_total",
+            );
+        }
+        taken
+    };
+    let before = takeovers(&cluster).await;
+    signal_consumers(&cluster, "STOP");
+    // The victim keeps publishing into the frozen consumers' buffers for a moment:
+    // confirmed, not yet marked `dispatched` (marks wait 400 ms), not acked.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     cluster.kill(1).await;
+    let thawed = tokio::time::timeout(Duration::from_secs(LEASE_TTL_S * 3), async {
+        loop {
+            if takeovers(&cluster).await > before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    signal_consumers(&cluster, "CONT");
+    assert!(
+        thawed.is_ok(),
+        "a survivor took the dead node's shards over"
+    );
     cluster.wait_balanced(2, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let until = Utc::now() - chrono::Duration::seconds(2);
@@ -117,6 +155,17 @@ async fn sigkill_under_load_runs_no_handler_twice_on_three_consumers() {
     eprintln!(
         "failover gap {gap:?}; taken-over runs answered while waiting: {answered}, published again: {republished}"
     );
+    assert!(
+        answered >= 1.0,
+        "the dead node's unacked tasks were answered during the takeover's wait, not published again"
+    );
+}
+
+/// Sends `sig` to every consumer instance of `cluster`.
+fn signal_consumers(cluster: &Cluster, sig: &str) {
+    for consumer in std::iter::once(&cluster.consumer).chain(&cluster.more_consumers) {
+        consumer.signal(sig);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

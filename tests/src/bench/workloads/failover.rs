@@ -36,9 +36,20 @@ const CONSUMERS: usize = 3;
 /// Largest gap that meets the target.
 const TARGET_GAP_S: f64 = 3.0;
 
-/// Runs W4 with `m` jobs: `before` seconds of steady firing, then a SIGKILL, then
-/// `after` seconds.
+/// Overrides the scale's job count (fires per second), e.g. `200` for issue 34's rate.
+const JOBS_ENV: &str = "CHIME_BENCH_W4_JOBS";
+
+/// Runs W4 with `m` jobs (or [`JOBS_ENV`]'s): `before` seconds of steady firing, then a
+/// SIGKILL, then `after` seconds.
 pub async fn run(m: usize, before: u32, after: u32) -> anyhow::Result<Outcome> {
+    let m = match std::env::var(JOBS_ENV) {
+        Ok(value) => value
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| anyhow::anyhow!("{JOBS_ENV} must be a positive whole number"))?,
+        Err(_) => m,
+    };
     let mut outcome = Outcome::new(
         "W4",
         Backend::Postgres.as_str(),
