@@ -167,7 +167,7 @@ pub struct Replies {
 impl Replies {
     pub async fn open(vhost: &Vhost) -> Self {
         let (connection, channel) = vhost.channel().await;
-        topology::declare_replies(&channel)
+        topology::declare_replies(&connection, &channel)
             .await
             .expect("declare replies");
         let consumer = channel

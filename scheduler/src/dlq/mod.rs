@@ -415,7 +415,7 @@ impl DeadLetters {
 /// Declares the reply queue and its dead-letter queue (idempotent) on a channel of its own.
 async fn declare_replies(connection: &Connection) -> Result<(), lapin::Error> {
     let channel = connection.create_channel().await?;
-    let declared = topology::declare_replies(&channel).await;
+    let declared = topology::declare_replies(connection, &channel).await;
     let _ = channel.close(200, "declared".into()).await;
     declared
 }
