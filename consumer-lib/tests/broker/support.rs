@@ -52,6 +52,11 @@ impl Vhost {
         Self { name }
     }
 
+    /// The vhost's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn amqp_url(&self) -> String {
         let addr =
             std::env::var("CHIME_TEST_AMQP_ADDR").unwrap_or_else(|_| "127.0.0.1:5672".into());
