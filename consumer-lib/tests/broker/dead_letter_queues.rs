@@ -127,7 +127,11 @@ async fn dead_letter_queues_are_classic_and_declaring_twice_is_idempotent() {
             .await
             .expect("requeue");
     }
-    assert_eq!(queue_state(&channel, &dlq).await.0, 1);
+    // The last one is handed back asynchronously: wait for it, it must not be dropped.
+    eventually("the dead letter back in the DLQ", || async {
+        (queue_state(&channel, &dlq).await.0 == 1).then_some(())
+    })
+    .await;
     let _ = connection.close(200, "done".into()).await;
 }
 

@@ -74,11 +74,14 @@ const WAIT: Duration = Duration::from_secs(30);
 /// The head message of `queue` (body and headers), handed back unacknowledged.
 async fn head(vhost: &TestVhost, queue: &str) -> (Vec<u8>, Option<FieldTable>) {
     let (connection, channel) = vhost.channel().await;
-    let message = channel
-        .basic_get(queue.into(), BasicGetOptions { no_ack: false })
-        .await
-        .expect("basic.get")
-        .expect("a message at the head");
+    // A message handed back a moment ago may still be on its way back to the queue.
+    let message = wait::until("a message at the head", WAIT, || async {
+        channel
+            .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+            .await
+            .expect("basic.get")
+    })
+    .await;
     let seen = (
         message.delivery.data.clone(),
         message.delivery.properties.headers().clone(),
@@ -148,7 +151,11 @@ async fn dlq_peek_a_thousand_times_leaves_the_dead_letter_unchanged() {
         }
     }
 
-    assert_eq!(s.vhost.queue_state(dlq).await.0, 1, "still there");
+    // The last peek's message goes back as its channel closes; it must not be dropped.
+    wait::until("the dead letter still in the DLQ", WAIT, || async {
+        (s.vhost.queue_state(dlq).await.0 == 1).then_some(())
+    })
+    .await;
     let (body_after, headers_after) = head(&s.vhost, dlq).await;
     assert_eq!(body_after, body, "body unchanged");
     assert_eq!(headers_after.as_ref(), Some(&headers), "headers unchanged");
