@@ -8,7 +8,7 @@
 //!            --> chime.group.<group> (quorum) --> consumers of <group>
 //!                   | rejected / delivery limit reached
 //!                   v
-//!               [chime.dlx] (direct) --> chime.group.<group>.dlq
+//!               [chime.dlx] (direct) --> chime.group.<group>.dlq (classic)
 //!
 //! consumers --publish(routing key = "reply")--> [chime.replies] (direct)
 //!            --> chime.replies (quorum) --> chimed result collector
@@ -26,9 +26,10 @@
 //! pub/sub:    [chime.topics] (topic) --"<app>.<job>"--> chime.observe.<name> (observers)
 //! ```
 //!
-//! Every dead letter of a group — from its work queue, its zone queues or its instances'
-//! broadcast queues — lands in the one `chime.group.<group>.dlq`. `docs/routing.md` draws
-//! each delivery mode.
+//! Dead-letter queues are created classic and used as they are when they exist (see
+//! [`declare_dead_letter_queue`]). Every dead letter of a group — from its work queue,
+//! its zone queues or its instances' broadcast queues — lands in the one
+//! `chime.group.<group>.dlq`. `docs/routing.md` draws each delivery mode.
 
 mod limits;
 
