@@ -578,8 +578,9 @@ async fn queue_exists(connection: &Connection, queue: &str) -> Result<bool, lapi
     }
 }
 
-/// Whether the broker answered with 404 NOT_FOUND (it closed the channel).
-fn is_not_found(error: &lapin::Error) -> bool {
+/// Whether the broker answered with 404 NOT_FOUND (it closed the channel), as it answers
+/// a passive declare of a missing queue.
+pub fn is_not_found(error: &lapin::Error) -> bool {
     match error.kind() {
         lapin::ErrorKind::ProtocolError(amqp) => {
             amqp.kind() == &AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)

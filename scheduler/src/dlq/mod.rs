@@ -355,7 +355,7 @@ async fn open_queue(connection: &Connection, queue: &str) -> Result<(Channel, u3
         .await
     {
         Ok(declared) => Ok((channel, declared.message_count())),
-        Err(error) if error.to_string().contains("NOT_FOUND") => {
+        Err(error) if topology::is_not_found(&error) => {
             Err(DlqError::NoSuchQueue(queue.to_string()))
         }
         Err(error) => Err(error.into()),
