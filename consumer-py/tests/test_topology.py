@@ -30,7 +30,7 @@ def test_work_queue_arguments_are_the_rust_ones() -> None:
         "x-dead-letter-exchange": "chime.dlx",
         "x-dead-letter-routing-key": "chime.group.web.dlq",
     }
-    assert topology.dead_letter_queue_arguments() == {"x-queue-type": "quorum"}
+    assert topology.dead_letter_queue_arguments() == {"x-queue-type": "classic"}
 
 
 def test_the_delivery_limit_travels_as_a_signed_64_bit_integer() -> None:
@@ -64,12 +64,13 @@ DURABLE = ["chime.replies", "chime.replies.dlq", "chime.group.g", "chime.group.g
 FLAGS = ("arguments", "durable", "auto_delete", "exclusive", "type")
 
 
-async def declare_all_in_python(channel: Any, instance: str) -> None:
-    await topology.declare_replies(channel)
-    await topology.declare_group(channel, "g")
-    await topology.declare_zone(channel, "g", "dc1")
-    await topology.declare_observer(channel, "audit", ["shop.*", "billing.#"])
-    await topology.declare_instance_queue(channel, "g", instance)
+async def declare_all_in_python(connection: Any, instance: str) -> None:
+    channel = await connection.channel()
+    await topology.declare_replies(connection, channel)
+    await topology.declare_group(connection, channel, "g")
+    await topology.declare_zone(connection, channel, "g", "dc1")
+    await topology.declare_observer(connection, channel, "audit", ["shop.*", "billing.#"])
+    await topology.declare_instance_queue(connection, channel, "g", instance)
     # A precondition failure closes the channel; it must still be open.
     assert not channel.is_closed
 
@@ -108,14 +109,14 @@ async def test_python_and_rust_declare_identical_queues(
     await rust_consumes(vhost, processes)
     by_rust = declared(vhost, "r1")
     connection = await vhost.connect()
-    await declare_all_in_python(await connection.channel(), "p0")
+    await declare_all_in_python(connection, "p0")
     await connection.close()
 
     # Python first, on a vhost of its own; then the Rust library declares on top.
     other = Vhost()
     try:
         connection = await other.connect()
-        await declare_all_in_python(await connection.channel(), "r1")
+        await declare_all_in_python(connection, "r1")
         by_python = declared(other, "r1")
         await connection.close()
         start_rust(other, processes)
@@ -130,3 +131,24 @@ async def test_python_and_rust_declare_identical_queues(
     assert by_python == by_rust
     assert by_python["chime.group.g"]["arguments"]["x-delivery-limit"] == ["long", 10]
     assert by_python["broadcast"]["exclusive"] and by_python["broadcast"]["auto_delete"]
+    # Dead-letter queues are created classic: reading them counts no deliveries.
+    for name in ("chime.replies.dlq", "chime.group.g.dlq", "chime.observe.audit.dlq"):
+        assert by_python[name]["type"] == "classic", name
+
+
+async def test_an_existing_quorum_dead_letter_queue_is_used_as_it_is(
+    vhost: Vhost, processes: List[ConsumerProcess]
+) -> None:
+    # As an older version made it: a quorum dead-letter queue.
+    connection = await vhost.connect()
+    channel = await connection.channel()
+    await channel.declare_queue("chime.group.g.dlq", durable=True, arguments={"x-queue-type": "quorum"})
+    # Declaring twice is idempotent; neither declaration closes the channel.
+    await declare_all_in_python(connection, "p0")
+    await declare_all_in_python(connection, "p1")
+    await connection.close()
+    start_rust(vhost, processes)
+    await rust_consumes(vhost, processes)
+    queues = vhost.queues()
+    assert queues["chime.group.g.dlq"]["type"] == "quorum"
+    assert queues["chime.replies.dlq"]["type"] == "classic"

@@ -172,6 +172,24 @@ impl TestVhost {
         let _ = connection.close(200, "done".into()).await;
     }
 
+    /// The type RabbitMQ reports for `queue` (`classic`, `quorum`, ...), if it exists.
+    pub fn queue_type(&self, queue: &str) -> Option<String> {
+        let listing = rabbitmqctl_output(&[
+            "list_queues",
+            "-q",
+            "--no-table-headers",
+            "-p",
+            &self.name,
+            "name",
+            "type",
+        ])
+        .expect("rabbitmqctl list_queues");
+        listing.lines().find_map(|line| {
+            let (name, kind) = line.split_once('\t')?;
+            (name == queue).then(|| kind.trim().to_string())
+        })
+    }
+
     /// Takes one message from `queue` (acknowledged), if any.
     pub async fn get(&self, queue: &str) -> Option<Vec<u8>> {
         let (connection, channel) = self.channel().await;

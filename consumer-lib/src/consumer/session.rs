@@ -60,9 +60,9 @@ impl Session {
         publish_channel
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
-        topology::declare_replies(&publish_channel).await?;
+        topology::declare_replies(&connection, &publish_channel).await?;
         let consume_channel = connection.create_channel().await?;
-        let queues = declare_queues(&consume_channel, settings).await?;
+        let queues = declare_queues(&connection, &consume_channel, settings).await?;
         // Per consumer (not global: quorum queues refuse global QoS).
         consume_channel
             .basic_qos(settings.prefetch, BasicQosOptions::default())
@@ -177,18 +177,25 @@ impl Session {
 /// Declares every queue this instance consumes and returns their names: the group's work
 /// queue, the zone's, and the instance's broadcast queue.
 async fn declare_queues(
+    connection: &Connection,
     channel: &Channel,
     settings: &Settings,
 ) -> Result<Vec<String>, lapin::Error> {
-    topology::declare_group(channel, &settings.group).await?;
+    topology::declare_group(connection, channel, &settings.group).await?;
     let mut queues = vec![topology::group_queue(&settings.group)];
     if let Some(zone) = &settings.zone {
-        topology::declare_zone(channel, &settings.group, zone).await?;
+        topology::declare_zone(connection, channel, &settings.group, zone).await?;
         queues.push(topology::zone_queue(&settings.group, zone));
     }
     if settings.broadcast {
         queues.push(
-            topology::declare_instance_queue(channel, &settings.group, &settings.instance).await?,
+            topology::declare_instance_queue(
+                connection,
+                channel,
+                &settings.group,
+                &settings.instance,
+            )
+            .await?,
         );
     }
     Ok(queues)

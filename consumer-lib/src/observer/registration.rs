@@ -42,7 +42,7 @@ pub(super) async fn register(
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    topology::declare_replies(&channel).await?;
+    topology::declare_replies(connection, &channel).await?;
     // One registration at a time: nothing to batch.
     let replies = ReplyPublisher::new(channel, settings.name.clone(), false);
     announce(&replies, settings).await?;

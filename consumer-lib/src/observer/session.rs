@@ -99,7 +99,8 @@ impl ObserverSession {
         let connection = Connection::connect(&settings.amqp_url, properties).await?;
         let channel = connection.create_channel().await?;
         let queue =
-            topology::declare_observer(&channel, &settings.name, &settings.patterns).await?;
+            topology::declare_observer(&connection, &channel, &settings.name, &settings.patterns)
+                .await?;
         let registration = registration::register(&connection, settings).await?;
         channel
             .basic_qos(settings.prefetch, BasicQosOptions::default())

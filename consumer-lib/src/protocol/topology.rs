@@ -8,7 +8,7 @@
 //!            --> chime.group.<group> (quorum) --> consumers of <group>
 //!                   | rejected / delivery limit reached
 //!                   v
-//!               [chime.dlx] (direct) --> chime.group.<group>.dlq
+//!               [chime.dlx] (direct) --> chime.group.<group>.dlq (classic)
 //!
 //! consumers --publish(routing key = "reply")--> [chime.replies] (direct)
 //!            --> chime.replies (quorum) --> chimed result collector
@@ -26,9 +26,10 @@
 //! pub/sub:    [chime.topics] (topic) --"<app>.<job>"--> chime.observe.<name> (observers)
 //! ```
 //!
-//! Every dead letter of a group — from its work queue, its zone queues or its instances'
-//! broadcast queues — lands in the one `chime.group.<group>.dlq`. `docs/routing.md` draws
-//! each delivery mode.
+//! Dead-letter queues are created classic and used as they are when they exist (see
+//! [`declare_dead_letter_queue`]). Every dead letter of a group — from its work queue,
+//! its zone queues or its instances' broadcast queues — lands in the one
+//! `chime.group.<group>.dlq`. `docs/routing.md` draws each delivery mode.
 
 mod limits;
 
@@ -39,8 +40,9 @@ pub use limits::{
 
 use super::{DeliveryMode, TaskMessage};
 use lapin::{
-    Channel, ExchangeKind,
+    Channel, Connection, ExchangeKind,
     options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions},
+    protocol::{AMQPErrorKind, AMQPSoftError},
     types::{AMQPValue, FieldTable, LongString},
 };
 
@@ -134,13 +136,16 @@ pub fn task_queue(task: &TaskMessage) -> Option<String> {
 /// Declares what `task` is published into: its work queue (a group's or a zone's, with
 /// the group's dead-letter queue), or for a broadcast just the exchanges. Idempotent.
 pub async fn declare_task_destination(
+    connection: &Connection,
     channel: &Channel,
     task: &TaskMessage,
 ) -> Result<(), lapin::Error> {
     match (task.mode, task.zone.as_deref()) {
         (DeliveryMode::Broadcast, _) => declare_exchanges(channel).await,
-        (DeliveryMode::Zone, Some(zone)) => declare_zone(channel, &task.group, zone).await,
-        _ => declare_group(channel, &task.group).await,
+        (DeliveryMode::Zone, Some(zone)) => {
+            declare_zone(connection, channel, &task.group, zone).await
+        }
+        _ => declare_group(connection, channel, &task.group).await,
     }
 }
 
@@ -261,8 +266,22 @@ fn quorum_arguments(dead_letter_routing_key: &str) -> FieldTable {
     args
 }
 
-/// Arguments of a dead-letter queue: a quorum queue with nothing further downstream.
+/// Arguments a missing dead-letter queue is created with: a classic queue with nothing
+/// further downstream. Classic, not quorum, because operators and chimed read dead letters
+/// by getting and requeueing the head message, which a quorum queue counts as a delivery
+/// (its `x-delivery-count` grows, and RabbitMQ 4.x drops or dead-letters a message past
+/// its default delivery limit of 20); a classic queue counts none. A dead-letter queue
+/// that already exists is used with the arguments it has (see
+/// [`declare_dead_letter_queue`]).
 pub fn dead_letter_queue_arguments() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), long_string("classic"));
+    args
+}
+
+/// Arguments of the scheduler's [`DEAD_LETTER_NOTICES`] queue: a quorum queue (chimed
+/// consumes it and acks each notice; nothing reads it by requeueing).
+pub fn dead_letter_notices_arguments() -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), long_string("quorum"));
     args
@@ -295,18 +314,34 @@ pub async fn declare_exchanges(channel: &Channel) -> Result<(), lapin::Error> {
 /// Declares group `group`'s work queue bound to [`TASK_EXCHANGE`], and its dead-letter
 /// queue, so tasks wait in RabbitMQ while every consumer of the group is offline.
 /// Declares the exchanges too. Idempotent.
-pub async fn declare_group(channel: &Channel, group: &str) -> Result<(), lapin::Error> {
+pub async fn declare_group(
+    connection: &Connection,
+    channel: &Channel,
+    group: &str,
+) -> Result<(), lapin::Error> {
     declare_exchanges(channel).await?;
-    declare_work_queue(channel, &group_queue(group), TASK_EXCHANGE, group).await
+    declare_work_queue(
+        connection,
+        channel,
+        &group_queue(group),
+        TASK_EXCHANGE,
+        group,
+    )
+    .await
 }
 
 /// Declares zone `zone`'s work queue of group `group`, bound to [`TASK_EXCHANGE`] with
 /// [`zone_routing_key`], and the group's dead-letter queue it dead-letters into.
 /// Declares the exchanges too. Idempotent.
-pub async fn declare_zone(channel: &Channel, group: &str, zone: &str) -> Result<(), lapin::Error> {
+pub async fn declare_zone(
+    connection: &Connection,
+    channel: &Channel,
+    group: &str,
+    zone: &str,
+) -> Result<(), lapin::Error> {
     declare_exchanges(channel).await?;
     let group_dlq = dead_letter_queue(&group_queue(group));
-    declare_dead_letter_queue(channel, &group_dlq).await?;
+    declare_dead_letter_queue(connection, channel, &group_dlq).await?;
     let queue = zone_queue(group, zone);
     channel
         .queue_declare(
@@ -334,12 +369,13 @@ pub async fn declare_zone(channel: &Channel, group: &str, zone: &str) -> Result<
 /// meanwhile are not kept for it) and bound to [`BROADCAST_EXCHANGE`] with the group.
 /// Declares the exchanges and the group's dead-letter queue too. Returns the queue name.
 pub async fn declare_instance_queue(
+    connection: &Connection,
     channel: &Channel,
     group: &str,
     instance: &str,
 ) -> Result<String, lapin::Error> {
     declare_exchanges(channel).await?;
-    declare_dead_letter_queue(channel, &dead_letter_queue(&group_queue(group))).await?;
+    declare_dead_letter_queue(connection, channel, &dead_letter_queue(&group_queue(group))).await?;
     let queue = instance_queue(group, instance);
     channel
         .queue_declare(
@@ -368,6 +404,7 @@ pub async fn declare_instance_queue(
 /// to [`TOPIC_EXCHANGE`] with each of `patterns` (topic patterns over `<app>.<job>`).
 /// Copies wait in it while the observer is offline. Returns the queue name.
 pub async fn declare_observer(
+    connection: &Connection,
     channel: &Channel,
     name: &str,
     patterns: &[String],
@@ -378,7 +415,7 @@ pub async fn declare_observer(
     let Some(first) = patterns.next() else {
         return Ok(queue);
     };
-    declare_work_queue(channel, &queue, TOPIC_EXCHANGE, first).await?;
+    declare_work_queue(connection, channel, &queue, TOPIC_EXCHANGE, first).await?;
     for pattern in patterns {
         channel
             .queue_bind(
@@ -417,7 +454,7 @@ pub async fn declare_dead_letter_notices(
                 durable: true,
                 ..QueueDeclareOptions::default()
             },
-            dead_letter_queue_arguments(),
+            dead_letter_notices_arguments(),
         )
         .await?;
     if let Some(group) = group {
@@ -436,12 +473,23 @@ pub async fn declare_dead_letter_notices(
 
 /// Declares the reply queue bound to [`REPLY_EXCHANGE`] and its dead-letter queue.
 /// Declares the exchanges too. Idempotent.
-pub async fn declare_replies(channel: &Channel) -> Result<(), lapin::Error> {
+pub async fn declare_replies(
+    connection: &Connection,
+    channel: &Channel,
+) -> Result<(), lapin::Error> {
     declare_exchanges(channel).await?;
-    declare_work_queue(channel, REPLY_QUEUE, REPLY_EXCHANGE, REPLY_ROUTING_KEY).await
+    declare_work_queue(
+        connection,
+        channel,
+        REPLY_QUEUE,
+        REPLY_EXCHANGE,
+        REPLY_ROUTING_KEY,
+    )
+    .await
 }
 
 async fn declare_work_queue(
+    connection: &Connection,
     channel: &Channel,
     queue: &str,
     exchange: &str,
@@ -451,7 +499,7 @@ async fn declare_work_queue(
         durable: true,
         ..QueueDeclareOptions::default()
     };
-    declare_dead_letter_queue(channel, &dead_letter_queue(queue)).await?;
+    declare_dead_letter_queue(connection, channel, &dead_letter_queue(queue)).await?;
     channel
         .queue_declare(short_string(queue)?, durable, work_queue_arguments(queue))
         .await?;
@@ -467,27 +515,78 @@ async fn declare_work_queue(
     Ok(())
 }
 
-/// Declares dead-letter queue `dlq`, bound to [`DEAD_LETTER_EXCHANGE`] by its own name.
-async fn declare_dead_letter_queue(channel: &Channel, dlq: &str) -> Result<(), lapin::Error> {
-    channel
-        .queue_declare(
-            short_string(dlq)?,
-            QueueDeclareOptions {
-                durable: true,
-                ..QueueDeclareOptions::default()
-            },
-            dead_letter_queue_arguments(),
-        )
-        .await?;
+/// Declares dead-letter queue `dlq` on `channel`, bound to [`DEAD_LETTER_EXCHANGE`] by its
+/// own name. A `dlq` that already exists is used as it is, whatever its type (a quorum
+/// dead-letter queue made by an older Chime keeps working); only a missing one is created,
+/// as a durable classic queue ([`dead_letter_queue_arguments`]). Redeclaring an existing
+/// queue with other arguments would close the channel with `PRECONDITION_FAILED`, so the
+/// existence check is a passive declare on a throwaway channel of `connection` (a missing
+/// queue closes that channel only). Two declarers that both find it missing declare the
+/// same arguments. Idempotent.
+pub async fn declare_dead_letter_queue(
+    connection: &Connection,
+    channel: &Channel,
+    dlq: &str,
+) -> Result<(), lapin::Error> {
+    let name = short_string(dlq)?;
+    if !queue_exists(connection, dlq).await? {
+        channel
+            .queue_declare(
+                name.clone(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                dead_letter_queue_arguments(),
+            )
+            .await?;
+    }
     channel
         .queue_bind(
-            short_string(dlq)?,
+            name.clone(),
             DEAD_LETTER_EXCHANGE.into(),
-            short_string(dlq)?,
+            name,
             QueueBindOptions::default(),
             FieldTable::default(),
         )
         .await
+}
+
+/// Whether `queue` exists, asked with a passive declare on a channel of its own.
+async fn queue_exists(connection: &Connection, queue: &str) -> Result<bool, lapin::Error> {
+    let probe = connection.create_channel().await?;
+    let answer = probe
+        .queue_declare(
+            short_string(queue)?,
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    match answer {
+        Ok(_) => {
+            let _ = probe.close(200, "checked".into()).await;
+            Ok(true)
+        }
+        Err(error) if is_not_found(&error) => Ok(false),
+        Err(error) => {
+            let _ = probe.close(200, "checked".into()).await;
+            Err(error)
+        }
+    }
+}
+
+/// Whether the broker answered with 404 NOT_FOUND (it closed the channel), as it answers
+/// a passive declare of a missing queue.
+pub fn is_not_found(error: &lapin::Error) -> bool {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => {
+            amqp.kind() == &AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)
+        }
+        _ => false,
+    }
 }
 
 fn long_string(value: &str) -> AMQPValue {

@@ -163,8 +163,8 @@ async fn every_broadcast_subscriber_runs_a_broadcast_once() {
 #[tokio::test]
 async fn an_observer_registers_and_gets_matching_copies() {
     let vhost = Vhost::new();
-    let (_connection, channel) = vhost.channel().await;
-    topology::declare_replies(&channel)
+    let (connection, channel) = vhost.channel().await;
+    topology::declare_replies(&connection, &channel)
         .await
         .expect("declare replies");
     let (seen, mut observed) = mpsc::unbounded_channel();

@@ -16,7 +16,7 @@ use crate::support::*;
 async fn group_with_queue(vhost: &Vhost) -> (String, String) {
     let group = format!("settle-{}", Uuid::now_v7().simple());
     let (connection, channel) = vhost.channel().await;
-    topology::declare_group(&channel, &group)
+    topology::declare_group(&connection, &channel, &group)
         .await
         .expect("declare the group");
     let _ = connection.close(200, "declared".into()).await;

@@ -52,6 +52,11 @@ impl Vhost {
         Self { name }
     }
 
+    /// The vhost's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn amqp_url(&self) -> String {
         let addr =
             std::env::var("CHIME_TEST_AMQP_ADDR").unwrap_or_else(|_| "127.0.0.1:5672".into());
@@ -167,7 +172,7 @@ pub struct Replies {
 impl Replies {
     pub async fn open(vhost: &Vhost) -> Self {
         let (connection, channel) = vhost.channel().await;
-        topology::declare_replies(&channel)
+        topology::declare_replies(&connection, &channel)
             .await
             .expect("declare replies");
         let consumer = channel

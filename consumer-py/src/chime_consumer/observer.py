@@ -158,9 +158,9 @@ class Observer:
         connection = await amqp.connect(self.amqp_url, self.ssl_context, f"chime-observer/{self.name}")
         try:
             channel = await connection.channel(publisher_confirms=False)
-            await topology.declare_observer(channel, self.name, self.patterns)
+            await topology.declare_observer(connection, channel, self.name, self.patterns)
             publish_channel = await connection.channel(publisher_confirms=True)
-            await topology.declare_replies(publish_channel)
+            await topology.declare_replies(connection, publish_channel)
             exchange = await publish_channel.declare_exchange(
                 topology.REPLY_EXCHANGE, aio_pika.ExchangeType.DIRECT, durable=True
             )

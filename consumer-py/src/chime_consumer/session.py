@@ -75,12 +75,12 @@ class Session:
         in_flight: "Set[asyncio.Task[Any]]",
     ) -> "Session":
         publish_channel = await connection.channel(publisher_confirms=True)
-        await topology.declare_replies(publish_channel)
+        await topology.declare_replies(connection, publish_channel)
         exchange = await publish_channel.declare_exchange(
             topology.REPLY_EXCHANGE, aio_pika.ExchangeType.DIRECT, durable=True
         )
         consume_channel = await connection.channel(publisher_confirms=False)
-        queues = await _declare_queues(consume_channel, settings)
+        queues = await _declare_queues(connection, consume_channel, settings)
         # Per consumer, not global: quorum queues refuse a global prefetch.
         await consume_channel.set_qos(prefetch_count=settings.prefetch)
         replies = ReplyPublisher(exchange, settings.instance, settings.batch_replies, shared.stats)
@@ -175,16 +175,16 @@ async def wait_in_flight(in_flight: "Set[asyncio.Task[Any]]", timeout: float) ->
 
 
 async def _declare_queues(
-    channel: AbstractChannel, settings: ConsumerSettings
+    connection: AbstractConnection, channel: AbstractChannel, settings: ConsumerSettings
 ) -> List[AbstractQueue]:
-    await topology.declare_group(channel, settings.group)
+    await topology.declare_group(connection, channel, settings.group)
     names = [topology.group_queue(settings.group)]
     if settings.zone is not None:
-        await topology.declare_zone(channel, settings.group, settings.zone)
+        await topology.declare_zone(connection, channel, settings.group, settings.zone)
         names.append(topology.zone_queue(settings.group, settings.zone))
     if settings.broadcast:
         names.append(
-            await topology.declare_instance_queue(channel, settings.group, settings.instance)
+            await topology.declare_instance_queue(connection, channel, settings.group, settings.instance)
         )
     # The queues exist now; these are handles to consume them, without redeclaring.
     return [await channel.get_queue(name, ensure=False) for name in names]

@@ -119,10 +119,10 @@ impl GroupDeclarer {
                 let channel = connection.create_channel().await?;
                 slot.open = Some((connection, channel));
             }
-            let (_, channel) = slot.open.as_ref().expect("channel just opened");
-            topology::declare_group(channel, group).await?;
+            let (connection, channel) = slot.open.as_ref().expect("channel just opened");
+            topology::declare_group(connection, channel, group).await?;
             for zone in zones {
-                topology::declare_zone(channel, group, zone).await?;
+                topology::declare_zone(connection, channel, group, zone).await?;
             }
             // chimed learns from these which tasks the broker dead-letters.
             topology::declare_dead_letter_notices(channel, Some(group)).await

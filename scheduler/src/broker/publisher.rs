@@ -8,7 +8,7 @@ use lapin::{
     BasicProperties, Channel, Confirmation, Connection,
     options::{BasicPublishOptions, ConfirmSelectOptions},
 };
-use tokio::sync::Mutex;
+use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use chime_consumer::protocol::topology;
 
@@ -61,27 +61,33 @@ impl ConfirmedPublisher {
 
     /// The open channel, (re)connecting if needed.
     pub async fn channel(&self) -> Result<Channel, lapin::Error> {
+        Ok(self.open().await?.1.clone())
+    }
+
+    /// The open connection and channel, (re)connecting if needed; held until dropped.
+    async fn open(&self) -> Result<MappedMutexGuard<'_, (Connection, Channel)>, lapin::Error> {
         let mut open = self.open.lock().await;
-        if let Some((_, channel)) = open.as_ref()
-            && channel.status().connected()
-        {
-            return Ok(channel.clone());
-        }
-        let connection = super::connect(&self.url, self.component).await?;
-        let channel = connection.create_channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
-        *open = Some((connection, channel.clone()));
-        Ok(channel)
+        let pair = match open.take() {
+            Some(pair) if pair.1.status().connected() => pair,
+            _ => {
+                let connection = super::connect(&self.url, self.component).await?;
+                let channel = connection.create_channel().await?;
+                channel
+                    .confirm_select(ConfirmSelectOptions::default())
+                    .await?;
+                (connection, channel)
+            }
+        };
+        Ok(MutexGuard::map(open, |slot| slot.insert(pair)))
     }
 
     /// Declares `group`'s queues (work queue, dead-letter queue, and the scheduler's
     /// dead-letter notices binding), so a dead letter or replay for it is routable.
     pub async fn declare_group(&self, group: &str) -> Result<(), lapin::Error> {
-        let channel = self.channel().await?;
-        topology::declare_group(&channel, group).await?;
-        topology::declare_dead_letter_notices(&channel, Some(group)).await
+        let open = self.open().await?;
+        let (connection, channel) = &*open;
+        topology::declare_group(connection, channel, group).await?;
+        topology::declare_dead_letter_notices(channel, Some(group)).await
     }
 
     /// Declares what `task` is published into (see [`topology::declare_task_destination`])
@@ -90,9 +96,10 @@ impl ConfirmedPublisher {
         &self,
         task: &chime_consumer::protocol::TaskMessage,
     ) -> Result<(), lapin::Error> {
-        let channel = self.channel().await?;
-        topology::declare_task_destination(&channel, task).await?;
-        topology::declare_dead_letter_notices(&channel, Some(&task.group)).await
+        let open = self.open().await?;
+        let (connection, channel) = &*open;
+        topology::declare_task_destination(connection, channel, task).await?;
+        topology::declare_dead_letter_notices(channel, Some(&task.group)).await
     }
 
     /// Publishes `body` to `exchange` with `routing_key`, waiting for a clean confirm.

@@ -7,7 +7,8 @@ use std::{future::Future, pin::Pin, time::Duration};
 use chrono::{DateTime, Utc};
 use futures_util::future::{join, join_all};
 use lapin::{
-    BasicProperties, Channel, Confirmation, PublisherConfirm, options::BasicPublishOptions,
+    BasicProperties, Channel, Confirmation, Connection, PublisherConfirm,
+    options::BasicPublishOptions,
 };
 use tracing::{error, warn};
 use uuid::Uuid;
@@ -54,6 +55,7 @@ impl Dispatcher {
     /// tasks are in the error, to go back to the queue).
     pub(super) async fn publish_next_batch(
         &mut self,
+        connection: &Connection,
         channel: &Channel,
     ) -> Result<Option<InFlight>, Broken> {
         let take = self.pending.len().min(MAX_BATCH);
@@ -65,7 +67,7 @@ impl Dispatcher {
         if batch.is_empty() {
             return Ok(None);
         }
-        let in_flight = self.publish(channel, batch).await?;
+        let in_flight = self.publish(connection, channel, batch).await?;
         Ok(Some(in_flight))
     }
 
@@ -162,10 +164,11 @@ impl Dispatcher {
 
     async fn publish(
         &mut self,
+        connection: &Connection,
         channel: &Channel,
         mut batch: Vec<Outgoing>,
     ) -> Result<InFlight, Broken> {
-        batch = self.declare_groups(channel, batch).await?;
+        batch = self.declare_groups(connection, channel, batch).await?;
         let published_at = Utc::now();
         let leases = self.ownership.current();
         let mut messages = Vec::with_capacity(batch.len());
@@ -325,6 +328,7 @@ impl Dispatcher {
     /// the queue for the next channel.
     async fn declare_groups(
         &mut self,
+        connection: &Connection,
         channel: &Channel,
         batch: Vec<Outgoing>,
     ) -> Result<Vec<Outgoing>, Broken> {
@@ -335,7 +339,8 @@ impl Dispatcher {
             if self.declared.contains(&key) {
                 continue;
             }
-            let declared = match topology::declare_task_destination(channel, task).await {
+            let declared = match topology::declare_task_destination(connection, channel, task).await
+            {
                 // The scheduler learns from these notices which tasks the broker
                 // dead-lettered (delivery limit reached); every queue of a group
                 // dead-letters into the group's dead-letter queue.

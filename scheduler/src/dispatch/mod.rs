@@ -335,9 +335,11 @@ impl Dispatcher {
         let mut in_flight: FuturesUnordered<InFlight> = FuturesUnordered::new();
         loop {
             if drain.is_cancelled() {
-                let drained =
-                    tokio::time::timeout(drain_timeout, self.publish_due(&channel, &mut in_flight))
-                        .await;
+                let drained = tokio::time::timeout(
+                    drain_timeout,
+                    self.publish_due(connection, &channel, &mut in_flight),
+                )
+                .await;
                 if !matches!(drained, Ok(Ok(()))) {
                     warn!(
                         unconfirmed = self.pending.len() + self.parked.len() + self.in_flight,
@@ -349,7 +351,7 @@ impl Dispatcher {
             }
             self.absorb_submissions();
             self.release_due();
-            if let Err(broken) = self.fill(&channel, &mut in_flight).await {
+            if let Err(broken) = self.fill(connection, &channel, &mut in_flight).await {
                 return self.break_session(broken, &mut in_flight).await;
             }
             let release = self
@@ -380,13 +382,16 @@ impl Dispatcher {
     /// Publishes every task already due and waits for all confirms (shutdown).
     async fn publish_due(
         &mut self,
+        connection: &Connection,
         channel: &Channel,
         in_flight: &mut FuturesUnordered<InFlight>,
     ) -> Result<(), String> {
         self.absorb_submissions();
         self.release_due();
         loop {
-            self.fill(channel, in_flight).await.map_err(|b| b.reason)?;
+            self.fill(connection, channel, in_flight)
+                .await
+                .map_err(|b| b.reason)?;
             match in_flight.next().await {
                 Some(confirmed) => self.settle(confirmed).map_err(|b| b.reason)?,
                 None if self.pending.is_empty() => return Ok(()),
@@ -398,11 +403,12 @@ impl Dispatcher {
     /// Publishes pending tasks while fewer than [`MAX_IN_FLIGHT`] await their confirms.
     async fn fill(
         &mut self,
+        connection: &Connection,
         channel: &Channel,
         in_flight: &mut FuturesUnordered<InFlight>,
     ) -> Result<(), Broken> {
         while !self.pending.is_empty() && self.in_flight < MAX_IN_FLIGHT {
-            if let Some(batch) = self.publish_next_batch(channel).await? {
+            if let Some(batch) = self.publish_next_batch(connection, channel).await? {
                 in_flight.push(batch);
             }
         }

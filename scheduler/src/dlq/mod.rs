@@ -355,7 +355,7 @@ async fn open_queue(connection: &Connection, queue: &str) -> Result<(Channel, u3
         .await
     {
         Ok(declared) => Ok((channel, declared.message_count())),
-        Err(error) if error.to_string().contains("NOT_FOUND") => {
+        Err(error) if topology::is_not_found(&error) => {
             Err(DlqError::NoSuchQueue(queue.to_string()))
         }
         Err(error) => Err(error.into()),
@@ -415,7 +415,7 @@ impl DeadLetters {
 /// Declares the reply queue and its dead-letter queue (idempotent) on a channel of its own.
 async fn declare_replies(connection: &Connection) -> Result<(), lapin::Error> {
     let channel = connection.create_channel().await?;
-    let declared = topology::declare_replies(&channel).await;
+    let declared = topology::declare_replies(connection, &channel).await;
     let _ = channel.close(200, "declared".into()).await;
     declared
 }

@@ -547,7 +547,7 @@ async fn open_consumer(
     connection: &lapin::Connection,
 ) -> Result<(Channel, lapin::Consumer), lapin::Error> {
     let channel = connection.create_channel().await?;
-    topology::declare_replies(&channel).await?;
+    topology::declare_replies(connection, &channel).await?;
     channel
         .basic_qos(PREFETCH, BasicQosOptions::default())
         .await?;

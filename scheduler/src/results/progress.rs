@@ -113,7 +113,7 @@ pub async fn send_probes(
 /// one may be first (a probe into a missing exchange closes the channel).
 async fn open_channel(connection: &lapin::Connection) -> Result<Channel, lapin::Error> {
     let channel = connection.create_channel().await?;
-    topology::declare_replies(&channel).await?;
+    topology::declare_replies(connection, &channel).await?;
     Ok(channel)
 }
 

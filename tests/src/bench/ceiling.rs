@@ -172,7 +172,7 @@ impl Lane {
         let consumer = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
         let channel = publisher.create_channel().await?;
         topology::declare_exchanges(&channel).await?;
-        topology::declare_group(&channel, &group).await?;
+        topology::declare_group(&publisher, &channel, &group).await?;
         channel
             .confirm_select(ConfirmSelectOptions::default())
             .await?;

@@ -120,10 +120,10 @@ async fn declare_plain(vhost: &TestVhost, queue: &str) {
 /// Declares group [`GROUP`]'s queues and observer `observer`'s, as consumers would.
 async fn declare_topology(vhost: &TestVhost, observer: &str) {
     let (connection, channel) = vhost.channel().await;
-    topology::declare_group(&channel, GROUP)
+    topology::declare_group(&connection, &channel, GROUP)
         .await
         .expect("declare group");
-    topology::declare_observer(&channel, observer, &["e2e.*".to_string()])
+    topology::declare_observer(&connection, &channel, observer, &["e2e.*".to_string()])
         .await
         .expect("declare observer");
     let _ = connection.close(200, "done".into()).await;

@@ -11,6 +11,7 @@ mod crash;
 mod delivery;
 mod demo;
 mod dlq_cli;
+mod dlq_peek;
 mod dlq_tools;
 mod duplicates;
 mod http_edges;

@@ -12,7 +12,8 @@ import re
 from typing import Any, Dict, List, Optional, Sequence
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractQueue
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 
 from . import field_values
 from .field_values import LongLongInt
@@ -120,8 +121,12 @@ def instance_queue_arguments(group: str) -> Dict[str, Any]:
 
 
 def dead_letter_queue_arguments() -> Dict[str, Any]:
-    """Arguments of a dead-letter queue: a quorum queue with nothing downstream."""
-    return {"x-queue-type": "quorum"}
+    """Arguments a missing dead-letter queue is created with: a classic queue with nothing
+    downstream. Reading dead letters gets and requeues the head message, which a quorum
+    queue counts as a delivery (RabbitMQ 4.x drops a message past its default delivery
+    limit of 20); a classic queue counts none. An existing dead-letter queue is used as it
+    is (see :func:`declare_dead_letter_queue`)."""
+    return {"x-queue-type": "classic"}
 
 
 def _quorum_arguments(dead_letter_routing_key: str) -> Dict[str, Any]:
@@ -154,15 +159,41 @@ async def declare_exchanges(channel: AbstractChannel) -> None:
         await channel.declare_exchange(name, kind, durable=True)
 
 
-async def _declare_dead_letter_queue(channel: AbstractChannel, dlq: str) -> None:
-    queue = await channel.declare_queue(dlq, durable=True, arguments=dead_letter_queue_arguments())
+async def declare_dead_letter_queue(
+    connection: AbstractConnection, channel: AbstractChannel, dlq: str
+) -> None:
+    """Declares dead-letter queue ``dlq`` bound to :data:`DEAD_LETTER_EXCHANGE` by its own
+    name. One that exists is used as it is, whatever its type (a quorum dead-letter queue
+    made by an older version keeps working); a missing one is created as a durable
+    classic queue. The existence check is a passive declare on a throwaway channel of
+    ``connection`` (a missing queue closes that channel only), as in the Rust library.
+    Idempotent."""
+    if not await _queue_exists(connection, dlq):
+        await channel.declare_queue(dlq, durable=True, arguments=dead_letter_queue_arguments())
+    queue = await channel.get_queue(dlq, ensure=False)
     await queue.bind(DEAD_LETTER_EXCHANGE, routing_key=dlq)
 
 
+async def _queue_exists(connection: AbstractConnection, queue: str) -> bool:
+    probe = await connection.channel(publisher_confirms=False)
+    try:
+        await probe.declare_queue(queue, passive=True)
+    except aiormq.exceptions.ChannelNotFoundEntity:
+        return False
+    finally:
+        if not probe.is_closed:
+            await probe.close()
+    return True
+
+
 async def _declare_work_queue(
-    channel: AbstractChannel, queue: str, exchange: str, routing_key: str
+    connection: AbstractConnection,
+    channel: AbstractChannel,
+    queue: str,
+    exchange: str,
+    routing_key: str,
 ) -> AbstractQueue:
-    await _declare_dead_letter_queue(channel, dead_letter_queue(queue))
+    await declare_dead_letter_queue(connection, channel, dead_letter_queue(queue))
     declared = await channel.declare_queue(
         queue, durable=True, arguments=work_queue_arguments(queue)
     )
@@ -170,31 +201,35 @@ async def _declare_work_queue(
     return declared
 
 
-async def declare_group(channel: AbstractChannel, group: str) -> None:
+async def declare_group(connection: AbstractConnection, channel: AbstractChannel, group: str) -> None:
     """Declares group ``group``'s work queue bound to :data:`TASK_EXCHANGE`, its
     dead-letter queue, and the exchanges. Idempotent."""
     await declare_exchanges(channel)
-    await _declare_work_queue(channel, group_queue(group), TASK_EXCHANGE, group)
+    await _declare_work_queue(connection, channel, group_queue(group), TASK_EXCHANGE, group)
 
 
-async def declare_zone(channel: AbstractChannel, group: str, zone: str) -> None:
+async def declare_zone(
+    connection: AbstractConnection, channel: AbstractChannel, group: str, zone: str
+) -> None:
     """Declares zone ``zone``'s work queue of group ``group`` and the group's dead-letter
     queue it dead-letters into, and the exchanges. Idempotent."""
     await declare_exchanges(channel)
-    await _declare_dead_letter_queue(channel, dead_letter_queue(group_queue(group)))
+    await declare_dead_letter_queue(connection, channel, dead_letter_queue(group_queue(group)))
     queue = await channel.declare_queue(
         zone_queue(group, zone), durable=True, arguments=zone_queue_arguments(group)
     )
     await queue.bind(TASK_EXCHANGE, routing_key=zone_routing_key(group, zone))
 
 
-async def declare_instance_queue(channel: AbstractChannel, group: str, instance: str) -> str:
+async def declare_instance_queue(
+    connection: AbstractConnection, channel: AbstractChannel, group: str, instance: str
+) -> str:
     """Declares instance ``instance``'s broadcast queue of ``group``: exclusive to this
     connection, auto-deleted with it, bound to :data:`BROADCAST_EXCHANGE` with the
     group. Declares the exchanges and the group's dead-letter queue too. Returns the
     queue's name."""
     await declare_exchanges(channel)
-    await _declare_dead_letter_queue(channel, dead_letter_queue(group_queue(group)))
+    await declare_dead_letter_queue(connection, channel, dead_letter_queue(group_queue(group)))
     name = instance_queue(group, instance)
     queue = await channel.declare_queue(
         name,
@@ -207,7 +242,9 @@ async def declare_instance_queue(channel: AbstractChannel, group: str, instance:
     return name
 
 
-async def declare_observer(channel: AbstractChannel, name: str, patterns: Sequence[str]) -> str:
+async def declare_observer(
+    connection: AbstractConnection, channel: AbstractChannel, name: str, patterns: Sequence[str]
+) -> str:
     """Declares observer ``name``'s durable queue (with its own dead-letter queue) bound
     to :data:`TOPIC_EXCHANGE` with each of ``patterns``. Returns the queue's name."""
     await declare_exchanges(channel)
@@ -215,17 +252,17 @@ async def declare_observer(channel: AbstractChannel, name: str, patterns: Sequen
     if not patterns:
         return queue_name
     first, *rest = patterns
-    queue = await _declare_work_queue(channel, queue_name, TOPIC_EXCHANGE, first)
+    queue = await _declare_work_queue(connection, channel, queue_name, TOPIC_EXCHANGE, first)
     for pattern in rest:
         await queue.bind(TOPIC_EXCHANGE, routing_key=pattern)
     return queue_name
 
 
-async def declare_replies(channel: AbstractChannel) -> None:
+async def declare_replies(connection: AbstractConnection, channel: AbstractChannel) -> None:
     """Declares the reply queue bound to :data:`REPLY_EXCHANGE`, its dead-letter queue
     and the exchanges. Idempotent."""
     await declare_exchanges(channel)
-    await _declare_work_queue(channel, REPLY_QUEUE, REPLY_EXCHANGE, REPLY_ROUTING_KEY)
+    await _declare_work_queue(connection, channel, REPLY_QUEUE, REPLY_EXCHANGE, REPLY_ROUTING_KEY)
 
 
 def consumer_queues(group: str, instance: str, zone: Optional[str], broadcast: bool) -> List[str]:
