@@ -11,12 +11,12 @@ pub fn format(at: &DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// Serialises `at` with [`format`].
+/// Serialises `at` with [`format()`].
 pub fn serialize<S: Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(&format(at))
 }
 
-/// Serialises an optional instant with [`format`] (`null` for none).
+/// Serialises an optional instant with [`format()`] (`null` for none).
 pub fn serialize_option<S: Serializer>(
     at: &Option<DateTime<Utc>>,
     serializer: S,
