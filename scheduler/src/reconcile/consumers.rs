@@ -138,7 +138,7 @@ impl ConsumerWatch {
         match answer {
             Ok(declared) => Ok(Some(declared.consumer_count())),
             // The broker closed the channel; the next probe opens another.
-            Err(error) if error.to_string().contains("NOT_FOUND") => Ok(None),
+            Err(error) if chime_consumer::protocol::topology::is_not_found(&error) => Ok(None),
             Err(error) => Err(error),
         }
     }
