@@ -49,10 +49,20 @@ pub async fn judge(
             continue;
         };
         let settings = &job.spec.settings;
+        // The timer may have fired the job's own missed fires (moving `next_fire_at` on)
+        // before this pass read the job: judge as of the fire after the last one recorded
+        // ahead, which is what `next_fire_at` was when the recording node stopped.
+        let after_recorded = times
+            .last()
+            .and_then(|last| settings.schedule.next_after(*last, *last));
+        let next_fire_at = match (job.next_fire_at, after_recorded) {
+            (Some(next), Some(after)) => Some(next.min(after)),
+            (next, _) => next,
+        };
         let keep = judge_recorded(
             &times,
             &settings.schedule,
-            job.next_fire_at,
+            next_fire_at,
             now,
             settings.misfire,
             settings.catch_up_limit,
