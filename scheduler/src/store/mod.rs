@@ -63,7 +63,8 @@ use chime_consumer::protocol::{
     ResultMessage, TaskMessage,
 };
 
-use crate::cluster::DEFAULT_SHARD_COUNT;
+use crate::domain::shard::DEFAULT_SHARD_COUNT;
+pub use crate::domain::shard::ShardToken;
 use crate::domain::{
     Job, JobSettings, LiveZones, MisfirePolicy, OverlapPolicy, Run, RunState, broadcast,
     retry::{ResultVerdict, after_result},
@@ -185,22 +186,6 @@ impl DuePage {
             jobs: rows.into_iter().map(|(id, at, _)| (id, at)).collect(),
             next,
         }
-    }
-}
-
-/// A shard and the fencing token its lease was granted with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ShardToken {
-    /// The shard.
-    pub shard: u32,
-    /// The lease's fencing token.
-    pub token: i64,
-}
-
-impl ShardToken {
-    /// A shard with its token.
-    pub fn new(shard: u32, token: i64) -> Self {
-        Self { shard, token }
     }
 }
 
