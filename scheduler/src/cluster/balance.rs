@@ -5,16 +5,7 @@
 
 use std::collections::BTreeSet;
 
-/// A lease row as the rebalancer sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseView {
-    /// The shard.
-    pub shard: u32,
-    /// Its holder, if any.
-    pub owner: Option<String>,
-    /// Whether it has expired by the database's clock.
-    pub expired: bool,
-}
+use crate::domain::shard::LeaseView;
 
 /// What a node should do with its leases now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::store::ShardToken;
+use crate::domain::shard::ShardToken;
 
 /// The share of the TTL a node trusts a lease for after sending its renewal. The rest
 /// absorbs clock-rate differences and the time between a check and the write it guards.

@@ -15,7 +15,8 @@ use tracing::{info, warn};
 
 use super::{Held, Leases, Ownership, balance, lease::local_deadline, shard_ranges};
 use crate::{
-    store::{PostgresStore, ShardToken, StoreError},
+    domain::shard::ShardToken,
+    store::{PostgresStore, StoreError},
     telemetry,
 };
 

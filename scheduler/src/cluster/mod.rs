@@ -1,5 +1,5 @@
 //! The cluster: which shards this node may fire for. Jobs hash into a fixed number of
-//! shards ([`shard`]); on PostgreSQL each shard is leased by one node with a fencing token
+//! shards ([`crate::domain::shard`]); on PostgreSQL each shard is leased by one node with a fencing token
 //! and an expiry on the database's clock ([`membership`] keeps them, [`balance`] decides
 //! how to spread them, [`lease`] says how long a lease can be trusted locally). On SQLite
 //! one node holds every shard for good, guarded by a file lock.
@@ -13,17 +13,18 @@ pub mod balance;
 pub mod lease;
 pub mod membership;
 pub mod notices;
-pub mod shard;
 
 use std::{sync::Arc, time::Instant};
 
 use tokio::sync::watch;
 use uuid::Uuid;
 
-pub use balance::{LeaseView, Rebalance};
+pub use crate::domain::shard::{
+    DEFAULT_SHARD_COUNT, LeaseView, ShardToken, shard_of, shard_ranges,
+};
+pub use balance::Rebalance;
 pub use lease::{Held, Leases};
 pub use membership::{ClusterSettings, Membership};
-pub use shard::{DEFAULT_SHARD_COUNT, shard_of, shard_ranges};
 
 /// The shards this node holds, shared by the services that act on them. Cheap to clone.
 #[derive(Debug, Clone)]

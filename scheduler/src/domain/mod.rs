@@ -9,6 +9,7 @@ pub mod misfire;
 pub mod retry;
 pub mod run;
 pub mod schedule;
+pub mod shard;
 pub mod validation;
 
 pub use job::{

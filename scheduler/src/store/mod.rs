@@ -5,54 +5,19 @@
 //! The store is the source of truth. The timer only holds hints; [`Store::fire`] re-reads
 //! and locks the jobs it is asked to fire and decides from the stored rows.
 
-/// The job columns both backends read and write, in one order.
-macro_rules! job_columns {
-    () => {
-        "id, app, name, settings, paused, version, next_fire_at, created_at, updated_at"
-    };
-}
+#[macro_use]
+mod sql;
 
-/// The run columns both backends read and write, in one order.
-macro_rules! run_columns {
-    () => {
-        "id, job_id, fire_time, shard, shard_total, attempt, state, trigger, payload, created_at, \
-         dispatched_at, acked_at, finished_at, consumer, output, error, fired_by, ack_timeout_ms, \
-         run_timeout_ms, due_at, history, progress, heartbeat_at, mode, zone, instances, overlap, \
-         waiting_for"
-    };
-}
-
-/// The runs retention may delete (given a `finished_at` bound): `succeeded`, or `dead`
-/// with no dead letter pending. The same predicate as the `runs_finished` partial index
-/// (migration 0005), verbatim, so both backends read through it.
-macro_rules! finished_runs {
-    () => {
-        "state IN ('succeeded', 'dead') AND due_at IS NULL"
-    };
-}
-
-/// Runs not finished yet: recorded, in flight, or waiting for a retry.
-macro_rules! unfinished_runs {
-    () => {
-        "state IN ('scheduled', 'dispatched', 'acked', 'failed')"
-    };
-}
-
-/// The runs a fire of an overlap-`forbid` job waits for: unfinished runs recorded under
-/// `forbid`. The same predicate as the `runs_unfinished` partial index (PostgreSQL
-/// migration 0009, SQLite 0008), verbatim, so both backends read through it.
-macro_rules! forbidding_runs {
-    () => {
-        concat!("overlap = 'forbid' AND ", unfinished_runs!())
-    };
-}
-
+mod decode;
+mod fire_plan;
+mod open;
 pub mod postgres;
 pub(crate) mod reply_plan;
 mod sqlite;
 pub mod testing;
+mod types;
 
-use std::{collections::HashSet, sync::Arc};
+use std::collections::HashSet;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -60,17 +25,24 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::{
     AckMessage, AttemptRecord, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply,
-    ResultMessage, TaskMessage,
+    ResultMessage,
 };
 
-use crate::cluster::DEFAULT_SHARD_COUNT;
+pub use crate::domain::shard::ShardToken;
 use crate::domain::{
-    Job, JobSettings, LiveZones, MisfirePolicy, OverlapPolicy, Run, RunState, broadcast,
+    Job, JobSettings, LiveZones, Run, RunState, broadcast,
     retry::{ResultVerdict, after_result},
 };
 
+pub(crate) use decode::{corrupt, decode_jobs, decode_runs, job_write_error, with_jobs};
+pub(crate) use fire_plan::plan_batch;
+pub use open::{Backend, open, open_backend};
 pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
+pub use types::{
+    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, MAX_NOTES, NextAttempt, OverdueRun,
+    Replay, ReplyApplied, ReplyEffect, RunChange, RunPage, live_since, needs_live_zones,
+};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -133,219 +105,6 @@ impl StoreError {
         }
     }
 }
-
-/// A page of the job list: jobs ordered by id (creation order).
-#[derive(Debug, Clone, Default)]
-pub struct JobPage {
-    /// Only jobs of this app.
-    pub app: Option<String>,
-    /// Only jobs after this id (the previous page's last).
-    pub after: Option<Uuid>,
-    /// At most this many.
-    pub limit: u32,
-}
-
-/// A page of a job's runs: newest fire time first.
-#[derive(Debug, Clone, Default)]
-pub struct RunPage {
-    /// Only runs strictly before this (fire time, id) position.
-    pub before: Option<(DateTime<Utc>, Uuid)>,
-    /// At most this many.
-    pub limit: u32,
-}
-
-/// Where a page of the timer's look-ahead query resumes: an opaque position in the
-/// store's index order, which need not be next-fire order (see the PostgreSQL store's
-/// `due_bound`). [`DueCursor::START`] reads from the beginning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DueCursor(pub DateTime<Utc>, pub Uuid);
-
-impl DueCursor {
-    pub const START: Self = Self(DateTime::<Utc>::UNIX_EPOCH, Uuid::nil());
-}
-
-/// One page of [`Store::due_jobs`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DuePage {
-    /// Jobs and their next fire times, in no promised order.
-    pub jobs: Vec<(Uuid, DateTime<Utc>)>,
-    /// Where the next page starts; `None` when this page was the last.
-    pub next: Option<DueCursor>,
-}
-
-impl DuePage {
-    /// A page of at most `limit` rows, each with its cursor position: full pages go on
-    /// after their last row.
-    fn of(rows: Vec<(Uuid, DateTime<Utc>, DueCursor)>, limit: u32) -> Self {
-        let next = rows
-            .last()
-            .filter(|_| rows.len() >= limit as usize)
-            .map(|(_, _, cursor)| *cursor);
-        Self {
-            jobs: rows.into_iter().map(|(id, at, _)| (id, at)).collect(),
-            next,
-        }
-    }
-}
-
-/// A shard and the fencing token its lease was granted with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ShardToken {
-    /// The shard.
-    pub shard: u32,
-    /// The lease's fencing token.
-    pub token: i64,
-}
-
-impl ShardToken {
-    /// A shard with its token.
-    pub fn new(shard: u32, token: i64) -> Self {
-        Self { shard, token }
-    }
-}
-
-/// Who is firing, and under which leases.
-#[derive(Debug, Clone)]
-pub struct Firing {
-    /// The node recording the runs (stored on each run as `fired_by`).
-    pub node: String,
-    /// The shard leases the fire depends on: the transaction commits fires only for jobs
-    /// whose shard this node still holds with exactly this token, unexpired by the
-    /// database's clock. `None` on a single-node store, where the file lock is the fence.
-    pub fence: Option<Vec<ShardToken>>,
-    /// How far ahead on-time fires are armed: recorded now, published at their fire time
-    /// (see [`crate::domain::misfire`]). Zero records only what is due.
-    pub ahead: Duration,
-}
-
-/// What [`Store::fire`] did.
-#[derive(Debug, Default)]
-pub struct FireBatch {
-    /// Runs newly recorded, ready to publish.
-    pub recorded: Vec<TaskMessage>,
-    /// For each job examined, the next fire time the timer should hold (None: none —
-    /// paused, deleted, or finished).
-    pub next_fire: Vec<(Uuid, Option<DateTime<Utc>>)>,
-    /// The policy of each job that had misfired.
-    pub misfired: Vec<MisfirePolicy>,
-    /// Jobs not fired because their shard's lease could not be proven; nothing was
-    /// written for them.
-    pub fenced: Vec<Uuid>,
-    /// Jobs whose fire was skipped because their previous run has not finished (overlap
-    /// policy `forbid`); their schedule advanced.
-    pub skipped_overlap: Vec<Uuid>,
-    /// Zone jobs whose fire had no zone to run in (no zone list of their own, and no
-    /// zone with live consumers); their schedule advanced.
-    pub skipped_no_zone: Vec<Uuid>,
-    /// Jobs that may not be armed (overlap `forbid`: whether the previous run finished
-    /// is only known at the fire time). The timer holds them until their due time.
-    pub unarmed: Vec<Uuid>,
-}
-
-/// What a reply did: its effect on its run and, when a result decided the run
-/// (`succeeded`, `failed` for a retry, or `dead`), the run's new state.
-pub type ReplyApplied = (ReplyEffect, Option<RunState>);
-
-/// What a reply did to its run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplyEffect {
-    /// The run changed state.
-    Applied,
-    /// The run exists but has moved past what the reply reports (a late duplicate).
-    Stale,
-    /// No such run (its job was deleted, or the reply is bogus).
-    UnknownRun,
-    /// Nothing was applied because the run is a broadcast run: its replies are per
-    /// instance, applied with [`Store::record_broadcast_reply`].
-    Broadcast,
-}
-
-impl ReplyEffect {
-    /// The effect of a reply not applied to a run of `mode` (`None`: no such run).
-    pub(crate) fn not_applied(mode: Option<&str>) -> Self {
-        match mode {
-            None => ReplyEffect::UnknownRun,
-            Some("broadcast") => ReplyEffect::Broadcast,
-            Some(_) => ReplyEffect::Stale,
-        }
-    }
-}
-
-/// A change to one run, decided from the run and its job's settings inside the store's
-/// transaction; returns whether it changed anything (see [`Store::update_run`]).
-pub type RunChange<'a> = dyn Fn(&mut Run, &JobSettings) -> bool + Send + Sync + 'a;
-
-/// How far back a presence message counts: consumers seen since then are live.
-pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
-    now - Duration::milliseconds(chime_consumer::protocol::PRESENCE_TTL_MS as i64)
-}
-
-/// Whether firing `job` needs the live zones (a zone job without its own list).
-pub fn needs_live_zones(job: &Job) -> bool {
-    let target = &job.spec.settings.target;
-    target.mode == crate::domain::DeliveryMode::Zone && target.zones.is_none()
-}
-
-/// A run past its `due_at`, with its job, for the reconciler.
-#[derive(Debug, Clone)]
-pub struct OverdueRun {
-    /// The run as stored.
-    pub run: Run,
-    /// Its job.
-    pub job: Job,
-}
-
-/// The state and attempt a conditional run update expects to find.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Expect {
-    /// The run's state (`None`: any state but `succeeded` and `dead`).
-    pub state: Option<RunState>,
-    /// The run's attempt (`None`: any).
-    pub attempt: Option<u32>,
-}
-
-impl Expect {
-    /// Exactly this state and attempt.
-    pub fn exactly(state: RunState, attempt: u32) -> Self {
-        Self {
-            state: Some(state),
-            attempt: Some(attempt),
-        }
-    }
-
-    /// Any unfinished state, any attempt.
-    pub fn unfinished() -> Self {
-        Self {
-            state: None,
-            attempt: None,
-        }
-    }
-}
-
-/// A run to move to its next attempt (see [`Store::next_attempts`]).
-#[derive(Debug, Clone, Copy)]
-pub struct NextAttempt<'a> {
-    /// The run.
-    pub run_id: Uuid,
-    /// How it must still be for the move to happen.
-    pub expect: Expect,
-    /// What to note in its history, if anything.
-    pub record: Option<&'a AttemptRecord>,
-}
-
-/// What asking to replay a dead-lettered run found.
-#[derive(Debug, Clone)]
-pub enum Replay {
-    /// The run was `dead`; it is now `scheduled` as the next attempt, to be published.
-    Revived(Box<OverdueRun>),
-    /// The run is finished or under way already; nothing was changed.
-    NotDead(RunState),
-    /// No such run (its job was deleted).
-    Unknown,
-}
-
-/// Longest history [`Store::note_on_run`] appends to.
-pub const MAX_NOTES: usize = 100;
 
 /// Jobs and runs, durably. Every method is safe to call concurrently.
 #[async_trait]
@@ -684,116 +443,6 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-/// Opens the store at `url` (`sqlite://FILE` or `postgres://...`) and applies migrations;
-/// a new PostgreSQL cluster gets the default shard count.
-pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    Ok(match open_backend(url, DEFAULT_SHARD_COUNT).await? {
-        Backend::Sqlite(store) => Arc::new(store),
-        Backend::Postgres(store) => Arc::new(store),
-    })
-}
-
-/// A store with its concrete backend, for what only one backend does: PostgreSQL
-/// coordinates a cluster, SQLite is locked to one node.
-#[derive(Debug, Clone)]
-pub enum Backend {
-    /// The embedded single-node store.
-    Sqlite(SqliteStore),
-    /// The clustered store.
-    Postgres(PostgresStore),
-}
-
-impl Backend {
-    /// The store behind the common trait.
-    pub fn store(&self) -> Arc<dyn Store> {
-        match self {
-            Backend::Sqlite(store) => Arc::new(store.clone()),
-            Backend::Postgres(store) => Arc::new(store.clone()),
-        }
-    }
-}
-
-/// Opens the backend at `url`; a new PostgreSQL cluster is created with `shard_count`
-/// shards (an existing one keeps its own).
-pub async fn open_backend(url: &str, shard_count: u32) -> Result<Backend, StoreError> {
-    if url.starts_with("sqlite:") {
-        Ok(Backend::Sqlite(SqliteStore::open(url).await?))
-    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Ok(Backend::Postgres(
-            PostgresStore::open(url, shard_count).await?,
-        ))
-    } else {
-        Err(StoreError::UnsupportedUrl(url.to_string()))
-    }
-}
-
-/// A fire transaction's plan: runs to insert and next fire times to write.
-pub(crate) struct FirePlanBatch {
-    /// Runs to insert, with their tasks.
-    pub runs: Vec<(Run, TaskMessage)>,
-    /// Jobs whose next fire time moves, and where to.
-    pub advance: Vec<(Uuid, Option<DateTime<Utc>>)>,
-    /// The timer's view, returned to the caller once the transaction commits.
-    pub batch: FireBatch,
-}
-
-/// Runs the locked job rows through [`Job::fires_due`]; shared by both backends' fire
-/// transactions. `requested` ids with no row (deleted jobs) leave the timer. Jobs in
-/// `busy` have an unfinished run: if their overlap policy is `forbid`, their due fires
-/// are skipped (the schedule still advances). Fires are armed `firing.ahead` of time,
-/// except for `forbid` jobs; runs are stamped with `firing.node`.
-pub(crate) fn plan_batch(
-    requested: &[Uuid],
-    jobs: &[Job],
-    busy: &HashSet<Uuid>,
-    now: DateTime<Utc>,
-    grace: Duration,
-    firing: &Firing,
-    live: &LiveZones,
-) -> FirePlanBatch {
-    let node = firing.node.as_str();
-    let mut plan = FirePlanBatch {
-        runs: Vec::new(),
-        advance: Vec::new(),
-        batch: FireBatch::default(),
-    };
-    for job in jobs {
-        let forbid = job.spec.settings.overlap == OverlapPolicy::Forbid;
-        let until = if forbid { now } else { now + firing.ahead };
-        if forbid {
-            plan.batch.unarmed.push(job.id);
-        }
-        let mut fires = job.fires_due(now, until, grace, live);
-        if fires.runs.is_empty() && fires.fire_times > 0 && needs_live_zones(job) {
-            plan.batch.skipped_no_zone.push(job.id);
-        }
-        if !fires.runs.is_empty() && forbid && busy.contains(&job.id) {
-            fires.runs.clear();
-            plan.batch.skipped_overlap.push(job.id);
-        }
-        if fires.misfired {
-            plan.batch.misfired.push(job.spec.settings.misfire);
-        }
-        if fires.next_fire_at != job.next_fire_at {
-            plan.advance.push((job.id, fires.next_fire_at));
-        }
-        plan.batch
-            .next_fire
-            .push((job.id, fires.next_fire_at.filter(|_| !job.spec.paused)));
-        plan.runs.extend(fires.runs.into_iter().map(|mut run| {
-            run.fired_by = Some(node.to_string());
-            let task = job.task_message(&run);
-            (run, task)
-        }));
-    }
-    for id in requested {
-        if !jobs.iter().any(|job| job.id == *id) {
-            plan.batch.next_fire.push((*id, None));
-        }
-    }
-    plan
-}
-
 /// What a result does to a run in `state` at `attempt` of a job with `settings`; shared
 /// by both backends' result transactions.
 pub(crate) fn result_verdict(
@@ -814,18 +463,6 @@ pub(crate) fn result_verdict(
     )
 }
 
-/// Pairs runs with their jobs (runs whose job vanished meanwhile are left out).
-pub(crate) fn with_jobs(runs: Vec<Run>, jobs: Vec<Job>) -> Vec<OverdueRun> {
-    let jobs: std::collections::HashMap<Uuid, Job> =
-        jobs.into_iter().map(|job| (job.id, job)).collect();
-    runs.into_iter()
-        .filter_map(|run| {
-            let job = jobs.get(&run.job_id)?.clone();
-            Some(OverdueRun { run, job })
-        })
-        .collect()
-}
-
 /// The history entry of a replay from a dead-letter queue.
 fn replay_record(attempt: u32, now: DateTime<Utc>) -> AttemptRecord {
     AttemptRecord {
@@ -835,64 +472,5 @@ fn replay_record(attempt: u32, now: DateTime<Utc>) -> AttemptRecord {
         consumer: None,
         error: Some("replayed from the dead-letter queue".into()),
         retry_at: None,
-    }
-}
-
-/// Decodes job rows one by one: an unreadable row is logged and left out (the fire
-/// transaction then reports it as gone, and the timer drops it) instead of failing the
-/// whole batch.
-pub(crate) fn decode_jobs<R>(
-    rows: &[R],
-    decode: impl Fn(&R) -> Result<Job, StoreError>,
-) -> Vec<Job> {
-    decode_each(rows, decode, "job", "decode_job")
-}
-
-/// Decodes run rows one by one: an unreadable row (written around the store, e.g. an
-/// unknown state) is logged, counted and left out, so it never stops a reconciler pass
-/// over the other runs.
-pub(crate) fn decode_runs<R>(
-    rows: &[R],
-    decode: impl Fn(&R) -> Result<Run, StoreError>,
-) -> Vec<Run> {
-    decode_each(rows, decode, "run", "decode_run")
-}
-
-/// Decodes rows one by one, logging each unreadable `row` and counting it under
-/// `operation` in the store errors.
-fn decode_each<R, T>(
-    rows: &[R],
-    decode: impl Fn(&R) -> Result<T, StoreError>,
-    row: &'static str,
-    operation: &'static str,
-) -> Vec<T> {
-    rows.iter()
-        .filter_map(|r| match decode(r) {
-            Ok(decoded) => Some(decoded),
-            Err(error) => {
-                tracing::error!(%error, row, "skipping an unreadable row");
-                metrics::counter!(crate::telemetry::STORE_ERRORS, "operation" => operation)
-                    .increment(1);
-                None
-            }
-        })
-        .collect()
-}
-
-fn corrupt(what: impl Into<String>, reason: impl ToString) -> StoreError {
-    StoreError::Corrupt {
-        what: what.into(),
-        reason: reason.to_string(),
-    }
-}
-
-/// The error of a failed write of `job`: the unique (app, name) key means a duplicate name.
-fn job_write_error(error: sqlx::Error, job: &Job) -> StoreError {
-    match &error {
-        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::DuplicateName {
-            app: job.spec.app.clone(),
-            name: job.spec.name.clone(),
-        },
-        _ => error.into(),
     }
 }

@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 use super::PostgresStore;
 use crate::{
-    cluster::{LeaseView, shard_of},
-    store::{ShardToken, StoreError},
+    domain::shard::{LeaseView, ShardToken, shard_of},
+    store::StoreError,
 };
 
 /// Notified with a job id whenever a job is created, changed or deleted.

@@ -25,8 +25,8 @@ use super::{
     RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, decode_runs, job_write_error,
     live_since, needs_live_zones, plan_batch, with_jobs,
 };
-use crate::cluster::shard_of;
 use crate::domain::broadcast::InstanceReceipt;
+use crate::domain::shard::shard_of;
 use crate::domain::{
     Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger, WaitingFor,
 };

@@ -26,7 +26,7 @@ use super::{
     RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, decode_runs, job_write_error,
     live_since, needs_live_zones, plan_batch, with_jobs,
 };
-use crate::cluster::{DEFAULT_SHARD_COUNT, shard_of};
+use crate::domain::shard::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{
     Job, JobSettings, JobSpec, LiveZones, OverlapPolicy, Run, RunState, RunTrigger, WaitingFor,
 };

@@ -1,5 +1,8 @@
-//! Which shard a job belongs to: a fixed hash of its id, so every node computes the same
-//! answer without asking the store; and shard lists written as ranges, for people.
+//! Shards, free of I/O: which shard a job belongs to (a fixed hash of its id, so every
+//! node computes the same answer without asking the store), the shard and fencing token a
+//! lease is granted with, a lease as the store reports it, and shard lists written as
+//! ranges, for people. The store and the cluster both read these names, so they live
+//! here, below both.
 
 use uuid::Uuid;
 
@@ -15,6 +18,33 @@ pub fn shard_of(job: Uuid, count: u32) -> u32 {
     // Fibonacci hashing: the high half of the product is well mixed.
     let mixed = folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
     (mixed % u64::from(count)) as u32
+}
+
+/// A shard and the fencing token its lease was granted with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardToken {
+    /// The shard.
+    pub shard: u32,
+    /// The lease's fencing token.
+    pub token: i64,
+}
+
+impl ShardToken {
+    /// A shard with its token.
+    pub fn new(shard: u32, token: i64) -> Self {
+        Self { shard, token }
+    }
+}
+
+/// One shard's lease as the store reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    /// The shard.
+    pub shard: u32,
+    /// Its holder, if any.
+    pub owner: Option<String>,
+    /// Whether it has expired by the database's clock.
+    pub expired: bool,
 }
 
 /// `0-3,7,9-10` for [0, 1, 2, 3, 7, 9, 10] (sorted shards); `-` for none.

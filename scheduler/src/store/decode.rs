@@ -1,0 +1,80 @@
+//! Turning rows into domain types, shared by both backends: a row that cannot be read
+//! is logged and left out of a batch rather than failing it, and write errors are
+//! mapped to what they mean.
+
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use super::{StoreError, types::OverdueRun};
+use crate::domain::{Job, Run};
+
+/// Pairs runs with their jobs (runs whose job vanished meanwhile are left out).
+pub(crate) fn with_jobs(runs: Vec<Run>, jobs: Vec<Job>) -> Vec<OverdueRun> {
+    let jobs: HashMap<Uuid, Job> = jobs.into_iter().map(|job| (job.id, job)).collect();
+    runs.into_iter()
+        .filter_map(|run| {
+            let job = jobs.get(&run.job_id)?.clone();
+            Some(OverdueRun { run, job })
+        })
+        .collect()
+}
+
+/// Decodes job rows one by one: an unreadable row is logged and left out (the fire
+/// transaction then reports it as gone, and the timer drops it) instead of failing the
+/// whole batch.
+pub(crate) fn decode_jobs<R>(
+    rows: &[R],
+    decode: impl Fn(&R) -> Result<Job, StoreError>,
+) -> Vec<Job> {
+    decode_each(rows, decode, "job", "decode_job")
+}
+
+/// Decodes run rows one by one: an unreadable row (written around the store, e.g. an
+/// unknown state) is logged, counted and left out, so it never stops a reconciler pass
+/// over the other runs.
+pub(crate) fn decode_runs<R>(
+    rows: &[R],
+    decode: impl Fn(&R) -> Result<Run, StoreError>,
+) -> Vec<Run> {
+    decode_each(rows, decode, "run", "decode_run")
+}
+
+/// Decodes rows one by one, logging each unreadable `row` and counting it under
+/// `operation` in the store errors.
+fn decode_each<R, T>(
+    rows: &[R],
+    decode: impl Fn(&R) -> Result<T, StoreError>,
+    row: &'static str,
+    operation: &'static str,
+) -> Vec<T> {
+    rows.iter()
+        .filter_map(|r| match decode(r) {
+            Ok(decoded) => Some(decoded),
+            Err(error) => {
+                tracing::error!(%error, row, "skipping an unreadable row");
+                metrics::counter!(crate::telemetry::STORE_ERRORS, "operation" => operation)
+                    .increment(1);
+                None
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn corrupt(what: impl Into<String>, reason: impl ToString) -> StoreError {
+    StoreError::Corrupt {
+        what: what.into(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The error of a failed write of `job`: the unique (app, name) key means a duplicate name.
+pub(crate) fn job_write_error(error: sqlx::Error, job: &Job) -> StoreError {
+    match &error {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::DuplicateName {
+            app: job.spec.app.clone(),
+            name: job.spec.name.clone(),
+        },
+        _ => error.into(),
+    }
+}

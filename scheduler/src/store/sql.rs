@@ -1,0 +1,45 @@
+//! SQL fragments both backends share, as macros so they can be `concat!`ed into
+//! `&'static str` statements: the column lists in one order, and the run predicates that
+//! must match the partial indexes verbatim.
+
+/// The job columns both backends read and write, in one order.
+macro_rules! job_columns {
+    () => {
+        "id, app, name, settings, paused, version, next_fire_at, created_at, updated_at"
+    };
+}
+
+/// The run columns both backends read and write, in one order.
+macro_rules! run_columns {
+    () => {
+        "id, job_id, fire_time, shard, shard_total, attempt, state, trigger, payload, created_at, \
+         dispatched_at, acked_at, finished_at, consumer, output, error, fired_by, ack_timeout_ms, \
+         run_timeout_ms, due_at, history, progress, heartbeat_at, mode, zone, instances, overlap, \
+         waiting_for"
+    };
+}
+
+/// The runs retention may delete (given a `finished_at` bound): `succeeded`, or `dead`
+/// with no dead letter pending. The same predicate as the `runs_finished` partial index
+/// (migration 0005), verbatim, so both backends read through it.
+macro_rules! finished_runs {
+    () => {
+        "state IN ('succeeded', 'dead') AND due_at IS NULL"
+    };
+}
+
+/// Runs not finished yet: recorded, in flight, or waiting for a retry.
+macro_rules! unfinished_runs {
+    () => {
+        "state IN ('scheduled', 'dispatched', 'acked', 'failed')"
+    };
+}
+
+/// The runs a fire of an overlap-`forbid` job waits for: unfinished runs recorded under
+/// `forbid`. The same predicate as the `runs_unfinished` partial index (PostgreSQL
+/// migration 0009, SQLite 0008), verbatim, so both backends read through it.
+macro_rules! forbidding_runs {
+    () => {
+        concat!("overlap = 'forbid' AND ", unfinished_runs!())
+    };
+}

@@ -1,0 +1,206 @@
+//! The plain types the [`Store`](super::Store) trait speaks: pages and cursors, the
+//! fire's inputs and outputs, what a reply did, and the conditions of run updates.
+
+use chrono::{DateTime, Duration, Utc};
+use uuid::Uuid;
+
+use chime_consumer::protocol::{AttemptRecord, TaskMessage};
+
+use crate::domain::{Job, JobSettings, MisfirePolicy, Run, RunState, shard::ShardToken};
+
+/// A page of the job list: jobs ordered by id (creation order).
+#[derive(Debug, Clone, Default)]
+pub struct JobPage {
+    /// Only jobs of this app.
+    pub app: Option<String>,
+    /// Only jobs after this id (the previous page's last).
+    pub after: Option<Uuid>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// A page of a job's runs: newest fire time first.
+#[derive(Debug, Clone, Default)]
+pub struct RunPage {
+    /// Only runs strictly before this (fire time, id) position.
+    pub before: Option<(DateTime<Utc>, Uuid)>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// Where a page of the timer's look-ahead query resumes: an opaque position in the
+/// store's index order, which need not be next-fire order (see the PostgreSQL store's
+/// `due_bound`). [`DueCursor::START`] reads from the beginning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueCursor(pub DateTime<Utc>, pub Uuid);
+
+impl DueCursor {
+    pub const START: Self = Self(DateTime::<Utc>::UNIX_EPOCH, Uuid::nil());
+}
+
+/// One page of [`Store::due_jobs`](super::Store::due_jobs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuePage {
+    /// Jobs and their next fire times, in no promised order.
+    pub jobs: Vec<(Uuid, DateTime<Utc>)>,
+    /// Where the next page starts; `None` when this page was the last.
+    pub next: Option<DueCursor>,
+}
+
+impl DuePage {
+    /// A page of at most `limit` rows, each with its cursor position: full pages go on
+    /// after their last row.
+    pub(crate) fn of(rows: Vec<(Uuid, DateTime<Utc>, DueCursor)>, limit: u32) -> Self {
+        let next = rows
+            .last()
+            .filter(|_| rows.len() >= limit as usize)
+            .map(|(_, _, cursor)| *cursor);
+        Self {
+            jobs: rows.into_iter().map(|(id, at, _)| (id, at)).collect(),
+            next,
+        }
+    }
+}
+
+/// Who is firing, and under which leases.
+#[derive(Debug, Clone)]
+pub struct Firing {
+    /// The node recording the runs (stored on each run as `fired_by`).
+    pub node: String,
+    /// The shard leases the fire depends on: the transaction commits fires only for jobs
+    /// whose shard this node still holds with exactly this token, unexpired by the
+    /// database's clock. `None` on a single-node store, where the file lock is the fence.
+    pub fence: Option<Vec<ShardToken>>,
+    /// How far ahead on-time fires are armed: recorded now, published at their fire time
+    /// (see [`crate::domain::misfire`]). Zero records only what is due.
+    pub ahead: Duration,
+}
+
+/// What [`Store::fire`](super::Store::fire) did.
+#[derive(Debug, Default)]
+pub struct FireBatch {
+    /// Runs newly recorded, ready to publish.
+    pub recorded: Vec<TaskMessage>,
+    /// For each job examined, the next fire time the timer should hold (None: none —
+    /// paused, deleted, or finished).
+    pub next_fire: Vec<(Uuid, Option<DateTime<Utc>>)>,
+    /// The policy of each job that had misfired.
+    pub misfired: Vec<MisfirePolicy>,
+    /// Jobs not fired because their shard's lease could not be proven; nothing was
+    /// written for them.
+    pub fenced: Vec<Uuid>,
+    /// Jobs whose fire was skipped because their previous run has not finished (overlap
+    /// policy `forbid`); their schedule advanced.
+    pub skipped_overlap: Vec<Uuid>,
+    /// Zone jobs whose fire had no zone to run in (no zone list of their own, and no
+    /// zone with live consumers); their schedule advanced.
+    pub skipped_no_zone: Vec<Uuid>,
+    /// Jobs that may not be armed (overlap `forbid`: whether the previous run finished
+    /// is only known at the fire time). The timer holds them until their due time.
+    pub unarmed: Vec<Uuid>,
+}
+
+/// What a reply did: its effect on its run and, when a result decided the run
+/// (`succeeded`, `failed` for a retry, or `dead`), the run's new state.
+pub type ReplyApplied = (ReplyEffect, Option<RunState>);
+
+/// What a reply did to its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyEffect {
+    /// The run changed state.
+    Applied,
+    /// The run exists but has moved past what the reply reports (a late duplicate).
+    Stale,
+    /// No such run (its job was deleted, or the reply is bogus).
+    UnknownRun,
+    /// Nothing was applied because the run is a broadcast run: its replies are per
+    /// instance, applied with [`Store::record_broadcast_reply`](super::Store::record_broadcast_reply).
+    Broadcast,
+}
+
+impl ReplyEffect {
+    /// The effect of a reply not applied to a run of `mode` (`None`: no such run).
+    pub(crate) fn not_applied(mode: Option<&str>) -> Self {
+        match mode {
+            None => ReplyEffect::UnknownRun,
+            Some("broadcast") => ReplyEffect::Broadcast,
+            Some(_) => ReplyEffect::Stale,
+        }
+    }
+}
+
+/// A change to one run, decided from the run and its job's settings inside the store's
+/// transaction; returns whether it changed anything (see [`Store::update_run`](super::Store::update_run)).
+pub type RunChange<'a> = dyn Fn(&mut Run, &JobSettings) -> bool + Send + Sync + 'a;
+
+/// How far back a presence message counts: consumers seen since then are live.
+pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - Duration::milliseconds(chime_consumer::protocol::PRESENCE_TTL_MS as i64)
+}
+
+/// Whether firing `job` needs the live zones (a zone job without its own list).
+pub fn needs_live_zones(job: &Job) -> bool {
+    let target = &job.spec.settings.target;
+    target.mode == crate::domain::DeliveryMode::Zone && target.zones.is_none()
+}
+
+/// A run past its `due_at`, with its job, for the reconciler.
+#[derive(Debug, Clone)]
+pub struct OverdueRun {
+    /// The run as stored.
+    pub run: Run,
+    /// Its job.
+    pub job: Job,
+}
+
+/// The state and attempt a conditional run update expects to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    /// The run's state (`None`: any state but `succeeded` and `dead`).
+    pub state: Option<RunState>,
+    /// The run's attempt (`None`: any).
+    pub attempt: Option<u32>,
+}
+
+impl Expect {
+    /// Exactly this state and attempt.
+    pub fn exactly(state: RunState, attempt: u32) -> Self {
+        Self {
+            state: Some(state),
+            attempt: Some(attempt),
+        }
+    }
+
+    /// Any unfinished state, any attempt.
+    pub fn unfinished() -> Self {
+        Self {
+            state: None,
+            attempt: None,
+        }
+    }
+}
+
+/// A run to move to its next attempt (see [`Store::next_attempts`](super::Store::next_attempts)).
+#[derive(Debug, Clone, Copy)]
+pub struct NextAttempt<'a> {
+    /// The run.
+    pub run_id: Uuid,
+    /// How it must still be for the move to happen.
+    pub expect: Expect,
+    /// What to note in its history, if anything.
+    pub record: Option<&'a AttemptRecord>,
+}
+
+/// What asking to replay a dead-lettered run found.
+#[derive(Debug, Clone)]
+pub enum Replay {
+    /// The run was `dead`; it is now `scheduled` as the next attempt, to be published.
+    Revived(Box<OverdueRun>),
+    /// The run is finished or under way already; nothing was changed.
+    NotDead(RunState),
+    /// No such run (its job was deleted).
+    Unknown,
+}
+
+/// Longest history [`Store::note_on_run`](super::Store::note_on_run) appends to.
+pub const MAX_NOTES: usize = 100;
