@@ -23,8 +23,9 @@ use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
     DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
-    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, decode_runs, job_write_error,
-    live_since, needs_live_zones, plan_batch, with_jobs,
+    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, decode_runs,
+    fire_plan::{forbidding_jobs, needs_any_live_zones},
+    job_write_error, live_since, plan_batch, update_plan, with_jobs,
 };
 use crate::domain::shard::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{
@@ -292,17 +293,20 @@ fn settings_text(job: &Job) -> String {
     serde_json::to_string(&job.spec.settings).expect("job settings serialise")
 }
 
-/// Records `runs` and says which of them were new (one already recorded is left as it
-/// is). Their columns travel as one JSON array of rows, so a whole fire batch costs two
+/// Records `runs` and returns the ids of those that were new (one already recorded is
+/// left as it is). Their columns travel as one JSON array of rows, so a whole fire batch costs two
 /// round trips to sqlx's SQLite worker thread instead of one per run: at a few thousand
 /// fires a second those hand-offs, not SQLite, were the writer's cost. The rows are read
 /// with `jsonb_each`, not `json_each`: `json_each` renders a row to text for every
 /// `value ->> N` and each extraction looks the text up again, 27 times a run.
 /// Call it inside a `BEGIN IMMEDIATE` transaction, so nothing records a run between the
 /// check and the insert.
-async fn insert_runs(conn: &mut SqliteConnection, runs: &[Run]) -> Result<Vec<bool>, StoreError> {
+async fn insert_runs(
+    conn: &mut SqliteConnection,
+    runs: &[&Run],
+) -> Result<HashSet<Uuid>, StoreError> {
     if runs.is_empty() {
-        return Ok(Vec::new());
+        return Ok(HashSet::new());
     }
     let ids = serde_json::to_string(&runs.iter().map(|run| run.id).collect::<Vec<_>>())
         .expect("uuids serialise");
@@ -318,7 +322,7 @@ async fn insert_runs(conn: &mut SqliteConnection, runs: &[Run]) -> Result<Vec<bo
     let new: Vec<Value> = runs
         .iter()
         .filter(|run| !existing.contains(&run.id))
-        .map(run_row)
+        .map(|run| run_row(run))
         .collect();
     if !new.is_empty() {
         sqlx::query(concat!(
@@ -336,7 +340,11 @@ async fn insert_runs(conn: &mut SqliteConnection, runs: &[Run]) -> Result<Vec<bo
         .execute(&mut *conn)
         .await?;
     }
-    Ok(runs.iter().map(|run| !existing.contains(&run.id)).collect())
+    Ok(runs
+        .iter()
+        .map(|run| run.id)
+        .filter(|id| !existing.contains(id))
+        .collect())
 }
 
 /// `run`'s columns in [`run_columns`] order, as [`insert_runs`] reads them.
@@ -487,8 +495,7 @@ impl Store for SqliteStore {
                 .fetch_optional(&mut *tx)
                 .await?
                 .flatten();
-        let becomes_forbid = job.spec.settings.overlap == OverlapPolicy::Forbid
-            && stored_overlap.as_deref() != Some(OverlapPolicy::Forbid.as_str());
+        let becomes_forbid = update_plan::becomes_forbid(job, stored_overlap.as_deref());
         let updated = sqlx::query(concat!(
             "UPDATE jobs SET app = ?, name = ?, settings = ?, paused = ?, version = ?, \
              next_fire_at = CASE WHEN ? THEN ? ELSE next_fire_at END, updated_at = ? \
@@ -533,7 +540,7 @@ impl Store for SqliteStore {
             .bind(ms(job.updated_at))
             .fetch_all(&mut *tx)
             .await?;
-            let row = match withdrawn.into_iter().min().filter(|_| !set_next_fire) {
+            let row = match update_plan::rewind_to(withdrawn, set_next_fire) {
                 // Armed again from the new definition when it comes due.
                 Some(earliest) => {
                     sqlx::query(concat!(
@@ -558,14 +565,11 @@ impl Store for SqliteStore {
             .bind(job.id.to_string())
             .fetch_optional(&mut *tx)
             .await?;
-        Err(match current {
-            None => StoreError::JobNotFound(job.id),
-            Some(current) => StoreError::VersionConflict {
-                id: job.id,
-                expected: expected_version,
-                current,
-            },
-        })
+        Err(update_plan::update_missed(
+            job.id,
+            expected_version,
+            current,
+        ))
     }
 
     async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError> {
@@ -632,11 +636,7 @@ impl Store for SqliteStore {
         .await?;
         let jobs = decode_jobs(&jobs, job_from_row);
         // Only jobs that forbid overlap need to know about unfinished runs.
-        let forbid: Vec<Uuid> = jobs
-            .iter()
-            .filter(|job| job.spec.settings.overlap == OverlapPolicy::Forbid)
-            .map(|job| job.id)
-            .collect();
+        let forbid = forbidding_jobs(&jobs);
         let busy: Vec<String> = if forbid.is_empty() {
             Vec::new()
         } else {
@@ -653,21 +653,14 @@ impl Store for SqliteStore {
             .iter()
             .map(|id| uuid("run", id))
             .collect::<Result<HashSet<_>, _>>()?;
-        let live = if jobs.iter().any(needs_live_zones) {
+        let live = if needs_any_live_zones(&jobs) {
             Self::live_zones_in(&mut *tx, live_since(now)).await?
         } else {
             LiveZones::default()
         };
         let plan = plan_batch(job_ids, &jobs, &busy, now, grace, firing, &live);
-        let mut batch = plan.batch;
-        let (runs, tasks): (Vec<Run>, Vec<_>) = plan.runs.into_iter().unzip();
-        let recorded = insert_runs(&mut tx, &runs).await?;
-        batch.recorded.extend(
-            tasks
-                .into_iter()
-                .zip(recorded)
-                .filter_map(|(task, new)| new.then_some(task)),
-        );
+        let runs: Vec<&Run> = plan.runs().collect();
+        let inserted = insert_runs(&mut tx, &runs).await?;
         if !plan.advance.is_empty() {
             let advance: Vec<Value> = plan
                 .advance
@@ -684,14 +677,14 @@ impl Store for SqliteStore {
             .await?;
         }
         tx.commit().await?;
-        Ok(batch)
+        Ok(plan.into_batch(&inserted, Vec::new()))
     }
 
     async fn insert_run(&self, run: &Run) -> Result<bool, StoreError> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let inserted = insert_runs(&mut tx, std::slice::from_ref(run)).await?;
+        let inserted = insert_runs(&mut tx, &[run]).await?;
         tx.commit().await?;
-        Ok(inserted == [true])
+        Ok(!inserted.is_empty())
     }
 
     async fn mark_dispatched(&self, run_ids: &[Uuid], at: DateTime<Utc>) -> Result<(), StoreError> {
