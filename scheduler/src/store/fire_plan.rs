@@ -21,6 +21,41 @@ pub(crate) struct FirePlanBatch {
     pub batch: FireBatch,
 }
 
+impl FirePlanBatch {
+    /// The runs to insert, without their tasks.
+    pub fn runs(&self) -> impl Iterator<Item = &Run> {
+        self.runs.iter().map(|(run, _)| run)
+    }
+
+    /// What the fire did, once the runs in `inserted` were recorded (the others were
+    /// recorded before) and the jobs in `fenced` were left out for want of a lease.
+    pub fn into_batch(self, inserted: &HashSet<Uuid>, fenced: Vec<Uuid>) -> FireBatch {
+        let mut batch = self.batch;
+        batch.fenced = fenced;
+        batch.recorded = self
+            .runs
+            .into_iter()
+            .filter(|(run, _)| inserted.contains(&run.id))
+            .map(|(_, task)| task)
+            .collect();
+        batch
+    }
+}
+
+/// The jobs among `jobs` whose fires wait for their unfinished runs (overlap `forbid`):
+/// only for these does a fire transaction read the runs.
+pub(crate) fn forbidding_jobs(jobs: &[Job]) -> Vec<Uuid> {
+    jobs.iter()
+        .filter(|job| job.spec.settings.overlap == OverlapPolicy::Forbid)
+        .map(|job| job.id)
+        .collect()
+}
+
+/// Whether a fire of `jobs` needs the live zones (see [`needs_live_zones`]).
+pub(crate) fn needs_any_live_zones(jobs: &[Job]) -> bool {
+    jobs.iter().any(needs_live_zones)
+}
+
 /// Runs the locked job rows through [`Job::fires_due`]; shared by both backends' fire
 /// transactions. `requested` ids with no row (deleted jobs) leave the timer. Jobs in
 /// `busy` have an unfinished run: if their overlap policy is `forbid`, their due fires
@@ -76,4 +111,97 @@ pub(crate) fn plan_batch(
         }
     }
     plan
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Timelike};
+
+    use super::*;
+    use crate::domain::{DeliveryMode, JobSettings, JobSpec};
+
+    fn job(overlap: OverlapPolicy, now: DateTime<Utc>) -> Job {
+        let mut settings = JobSettings::every_second(DeliveryMode::Group, 3);
+        settings.overlap = overlap;
+        let spec = JobSpec {
+            app: "shop".into(),
+            name: "tick".into(),
+            paused: false,
+            settings,
+        };
+        Job::new(spec, now - Duration::seconds(2))
+    }
+
+    fn firing(ahead: Duration) -> Firing {
+        Firing {
+            node: "node-a".into(),
+            fence: None,
+            ahead,
+        }
+    }
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 10).unwrap()
+    }
+
+    #[test]
+    fn due_fires_become_runs_stamped_with_the_node() {
+        let job = job(OverlapPolicy::Allow, now());
+        let plan = plan_batch(
+            &[job.id],
+            std::slice::from_ref(&job),
+            &HashSet::new(),
+            now(),
+            Duration::seconds(60),
+            &firing(Duration::zero()),
+            &LiveZones::default(),
+        );
+        assert!(!plan.runs.is_empty());
+        assert!(
+            plan.runs()
+                .all(|run| run.fired_by.as_deref() == Some("node-a"))
+        );
+        assert_eq!(plan.advance.len(), 1);
+        let next = plan.advance[0].1.expect("an every-second job fires again");
+        assert!(next > now() && next.nanosecond() == 0);
+    }
+
+    #[test]
+    fn a_busy_forbid_job_skips_its_fire_and_is_not_armed() {
+        let job = job(OverlapPolicy::Forbid, now());
+        let busy = HashSet::from([job.id]);
+        let plan = plan_batch(
+            &[job.id],
+            std::slice::from_ref(&job),
+            &busy,
+            now(),
+            Duration::seconds(60),
+            &firing(Duration::seconds(5)),
+            &LiveZones::default(),
+        );
+        assert!(plan.runs.is_empty());
+        assert_eq!(plan.batch.skipped_overlap, vec![job.id]);
+        assert_eq!(plan.batch.unarmed, vec![job.id]);
+        assert_eq!(forbidding_jobs(std::slice::from_ref(&job)), vec![job.id]);
+    }
+
+    #[test]
+    fn a_vanished_job_leaves_the_timer_and_only_inserted_runs_are_recorded() {
+        let job = job(OverlapPolicy::Allow, now());
+        let gone = Uuid::now_v7();
+        let plan = plan_batch(
+            &[job.id, gone],
+            std::slice::from_ref(&job),
+            &HashSet::new(),
+            now(),
+            Duration::seconds(60),
+            &firing(Duration::zero()),
+            &LiveZones::default(),
+        );
+        let first = plan.runs().next().expect("a run").id;
+        let batch = plan.into_batch(&HashSet::from([first]), vec![]);
+        assert!(batch.next_fire.contains(&(gone, None)));
+        assert_eq!(batch.recorded.len(), 1);
+        assert_eq!(batch.recorded[0].task_id, first);
+    }
 }

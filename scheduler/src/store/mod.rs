@@ -16,6 +16,7 @@ pub(crate) mod reply_plan;
 mod sqlite;
 pub mod testing;
 mod types;
+mod update_plan;
 
 use std::collections::HashSet;
 

@@ -22,8 +22,9 @@ use chime_consumer::protocol::{AttemptRecord, DeliveryMode, Reply};
 
 use super::{
     DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
-    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, decode_runs, job_write_error,
-    live_since, needs_live_zones, plan_batch, with_jobs,
+    RunChange, RunPage, Store, StoreError, corrupt, decode_jobs, decode_runs,
+    fire_plan::{forbidding_jobs, needs_any_live_zones},
+    job_write_error, live_since, plan_batch, update_plan, with_jobs,
 };
 use crate::domain::broadcast::InstanceReceipt;
 use crate::domain::shard::shard_of;
@@ -471,8 +472,7 @@ impl Store for PostgresStore {
                 .fetch_optional(&mut *tx)
                 .await?
                 .flatten();
-        let becomes_forbid = job.spec.settings.overlap == OverlapPolicy::Forbid
-            && stored_overlap.as_deref() != Some(OverlapPolicy::Forbid.as_str());
+        let becomes_forbid = update_plan::becomes_forbid(job, stored_overlap.as_deref());
         let updated = sqlx::query(concat!(
             "UPDATE jobs SET app = $1, name = $2, settings = $3, paused = $4, version = $5,
                  next_fire_at = CASE WHEN $6 THEN $7 ELSE next_fire_at END,
@@ -515,7 +515,7 @@ impl Store for PostgresStore {
                 .bind(job.updated_at)
                 .fetch_all(&mut *tx)
                 .await?;
-                let row = match withdrawn.into_iter().min().filter(|_| !set_next_fire) {
+                let row = match update_plan::rewind_to(withdrawn, set_next_fire) {
                     // Armed again from the new definition when it comes due.
                     Some(earliest) => {
                         sqlx::query(concat!(
@@ -542,14 +542,11 @@ impl Store for PostgresStore {
             .bind(job.id)
             .fetch_optional(&mut *tx)
             .await?;
-        Err(match current {
-            None => StoreError::JobNotFound(job.id),
-            Some(current) => StoreError::VersionConflict {
-                id: job.id,
-                expected: expected_version,
-                current,
-            },
-        })
+        Err(update_plan::update_missed(
+            job.id,
+            expected_version,
+            current,
+        ))
     }
 
     async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError> {
@@ -630,11 +627,7 @@ impl Store for PostgresStore {
         .fetch_all(&mut *tx)
         .await?;
         let jobs = decode_jobs(&jobs, job_from_row);
-        let forbid: Vec<Uuid> = jobs
-            .iter()
-            .filter(|job| job.spec.settings.overlap == OverlapPolicy::Forbid)
-            .map(|job| job.id)
-            .collect();
+        let forbid = forbidding_jobs(&jobs);
         let busy: HashSet<Uuid> = if forbid.is_empty() {
             HashSet::new()
         } else {
@@ -648,28 +641,20 @@ impl Store for PostgresStore {
             .into_iter()
             .collect()
         };
-        let live = if jobs.iter().any(needs_live_zones) {
+        let live = if needs_any_live_zones(&jobs) {
             Self::live_zones_in(&mut tx, live_since(now)).await?
         } else {
             LiveZones::default()
         };
         let plan = plan_batch(&job_ids, &jobs, &busy, now, grace, firing, &live);
-        let mut batch = plan.batch;
-        batch.fenced = fenced;
         let mut columns = RunColumns::default();
-        for (run, _) in &plan.runs {
+        for run in plan.runs() {
             columns.push(run);
         }
         let inserted: HashSet<Uuid> = columns.insert(&mut tx).await?.into_iter().collect();
-        batch.recorded = plan
-            .runs
-            .into_iter()
-            .filter(|(run, _)| inserted.contains(&run.id))
-            .map(|(_, task)| task)
-            .collect();
         if !plan.advance.is_empty() {
             let (ids, nexts): (Vec<Uuid>, Vec<Option<DateTime<Utc>>>) =
-                plan.advance.into_iter().unzip();
+                plan.advance.iter().copied().unzip();
             // The bound stays unless the next fire runs past its slack, so most fires change
             // no indexed column and PostgreSQL updates the job in place.
             sqlx::query(
@@ -686,7 +671,7 @@ impl Store for PostgresStore {
             .await?;
         }
         tx.commit().await?;
-        Ok(batch)
+        Ok(plan.into_batch(&inserted, fenced))
     }
 
     async fn insert_run(&self, run: &Run) -> Result<bool, StoreError> {

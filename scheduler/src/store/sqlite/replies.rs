@@ -13,7 +13,8 @@ use chime_consumer::protocol::{
     TaskOutcome,
 };
 
-use super::{corrupt, ms, record_text};
+use super::rows::{ms, record_text};
+use crate::store::corrupt;
 use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{

@@ -1,0 +1,182 @@
+//! Jobs on SQLite: create, read, page, update (withdrawing fires armed ahead, see
+//! [`crate::store::update_plan`]) and delete.
+
+use sqlx::SqlitePool;
+use uuid::Uuid;
+
+use super::rows::{job_from_row, ms, opt_ms, settings_text};
+use crate::domain::Job;
+use crate::domain::shard::{DEFAULT_SHARD_COUNT, shard_of};
+use crate::store::{JobPage, StoreError, job_write_error, update_plan};
+
+pub(super) async fn insert_job(writer: &SqlitePool, job: &Job) -> Result<(), StoreError> {
+    let result = sqlx::query(concat!(
+        "INSERT INTO jobs (",
+        job_columns!(),
+        ", shard) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ))
+    .bind(job.id.to_string())
+    .bind(&job.spec.app)
+    .bind(&job.spec.name)
+    .bind(settings_text(job))
+    .bind(job.spec.paused)
+    .bind(job.version)
+    .bind(opt_ms(job.next_fire_at))
+    .bind(ms(job.created_at))
+    .bind(ms(job.updated_at))
+    .bind(shard_of(job.id, DEFAULT_SHARD_COUNT))
+    .execute(writer)
+    .await;
+    result.map(|_| ()).map_err(|e| job_write_error(e, job))
+}
+
+pub(super) async fn get_job(readers: &SqlitePool, id: Uuid) -> Result<Option<Job>, StoreError> {
+    sqlx::query(concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM jobs WHERE id = ?"
+    ))
+    .bind(id.to_string())
+    .fetch_optional(readers)
+    .await?
+    .as_ref()
+    .map(job_from_row)
+    .transpose()
+}
+
+pub(super) async fn list_jobs(
+    readers: &SqlitePool,
+    page: &JobPage,
+) -> Result<Vec<Job>, StoreError> {
+    sqlx::query(concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM jobs WHERE (?1 IS NULL OR app = ?1) AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+    ))
+    .bind(&page.app)
+    .bind(page.after.map(|id| id.to_string()))
+    .bind(page.limit)
+    .fetch_all(readers)
+    .await?
+    .iter()
+    .map(job_from_row)
+    .collect()
+}
+
+pub(super) async fn update_job(
+    writer: &SqlitePool,
+    job: &Job,
+    expected_version: i64,
+    set_next_fire: bool,
+) -> Result<Job, StoreError> {
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let stored_overlap: Option<String> =
+        sqlx::query_scalar("SELECT json_extract(settings, '$.overlap') FROM jobs WHERE id = ?")
+            .bind(job.id.to_string())
+            .fetch_optional(&mut *tx)
+            .await?
+            .flatten();
+    let becomes_forbid = update_plan::becomes_forbid(job, stored_overlap.as_deref());
+    let updated = sqlx::query(concat!(
+        "UPDATE jobs SET app = ?, name = ?, settings = ?, paused = ?, version = ?, \
+         next_fire_at = CASE WHEN ? THEN ? ELSE next_fire_at END, updated_at = ? \
+         WHERE id = ? AND version = ? RETURNING ",
+        job_columns!()
+    ))
+    .bind(&job.spec.app)
+    .bind(&job.spec.name)
+    .bind(settings_text(job))
+    .bind(job.spec.paused)
+    .bind(job.version)
+    .bind(set_next_fire)
+    .bind(opt_ms(job.next_fire_at))
+    .bind(ms(job.updated_at))
+    .bind(job.id.to_string())
+    .bind(expected_version)
+    .fetch_optional(&mut *tx)
+    .await;
+    let row = match updated {
+        Ok(row) => row,
+        Err(e) => return Err(job_write_error(e, job)),
+    };
+    if let Some(row) = row {
+        if becomes_forbid {
+            // Its unfinished runs were recorded under `allow`: from now on its fires
+            // wait for them too.
+            sqlx::query(concat!(
+                "UPDATE runs SET overlap = 'forbid'
+                 WHERE job_id = ? AND overlap <> 'forbid' AND ",
+                unfinished_runs!()
+            ))
+            .bind(job.id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
+        let withdrawn: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM runs WHERE job_id = ?1 AND fire_time > ?2 AND state = 'scheduled'
+               AND attempt = 1 AND trigger = 'schedule'
+             RETURNING fire_time",
+        )
+        .bind(job.id.to_string())
+        .bind(ms(job.updated_at))
+        .fetch_all(&mut *tx)
+        .await?;
+        let row = match update_plan::rewind_to(withdrawn, set_next_fire) {
+            // Armed again from the new definition when it comes due.
+            Some(earliest) => {
+                sqlx::query(concat!(
+                    "UPDATE jobs SET next_fire_at = CASE
+                         WHEN next_fire_at IS NULL OR next_fire_at > ?2 THEN ?2
+                         ELSE next_fire_at END
+                     WHERE id = ?1 RETURNING ",
+                    job_columns!()
+                ))
+                .bind(job.id.to_string())
+                .bind(earliest)
+                .fetch_one(&mut *tx)
+                .await?
+            }
+            None => row,
+        };
+        let stored = job_from_row(&row)?;
+        tx.commit().await?;
+        return Ok(stored);
+    }
+    let current: Option<i64> = sqlx::query_scalar("SELECT version FROM jobs WHERE id = ?")
+        .bind(job.id.to_string())
+        .fetch_optional(&mut *tx)
+        .await?;
+    Err(update_plan::update_missed(
+        job.id,
+        expected_version,
+        current,
+    ))
+}
+
+pub(super) async fn delete_job(writer: &SqlitePool, id: Uuid) -> Result<bool, StoreError> {
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let deleted = sqlx::query("DELETE FROM jobs WHERE id = ?")
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    Ok(deleted == 1)
+}
+
+pub(super) async fn target_groups(readers: &SqlitePool) -> Result<Vec<String>, StoreError> {
+    // A skip scan of `jobs_target_group`: one index probe per group, not a read of
+    // every job.
+    Ok(sqlx::query_scalar(
+        "WITH RECURSIVE groups(grp) AS (
+             SELECT min(json_extract(settings, '$.target.group')) FROM jobs
+             UNION ALL
+             SELECT (SELECT min(json_extract(settings, '$.target.group')) FROM jobs
+                     WHERE json_extract(settings, '$.target.group') > groups.grp)
+             FROM groups WHERE groups.grp IS NOT NULL
+         )
+         SELECT grp FROM groups WHERE grp IS NOT NULL",
+    )
+    .fetch_all(readers)
+    .await?)
+}
