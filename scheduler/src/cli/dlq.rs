@@ -7,10 +7,7 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 
 use super::{Client, Terminal, dlq_table, write_json};
-use crate::{
-    api::dlq::{DlqItems, ReplayRequest},
-    dlq::ReplayReport,
-};
+use crate::api::dto::{DlqItems, ReplayReport, ReplayRequest};
 
 /// Most messages one replay request asks for, so each answers well within the client's
 /// timeout and progress shows between them.

@@ -14,10 +14,7 @@ use std::io::{BufRead, Write};
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::api::{
-    cluster::ClusterResponse,
-    dto::{JobResponse, ListResponse, RunResponse},
-};
+use crate::api::dto::{ClusterResponse, JobResponse, ListResponse, RunResponse};
 pub use client::{Client, ClientError};
 pub use dlq::DlqCommand;
 use job_args::{AddArgs, EditArgs};

@@ -4,13 +4,16 @@
 pub mod broadcast;
 pub mod cron_schedule;
 pub mod duration;
+pub mod fire_state;
 pub mod job;
 pub mod misfire;
 pub mod retry;
 pub mod run;
 pub mod schedule;
+pub mod timestamp;
 pub mod validation;
 
+pub use fire_state::FireState;
 pub use job::{
     DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, OverlapPolicy, Target,
 };
