@@ -180,7 +180,10 @@ pub enum OverlapPolicy {
 }
 
 impl OverlapPolicy {
-    /// The policy's name in the API and in the store.
+    /// Every policy, in the order the API lists them.
+    pub const ALL: [OverlapPolicy; 2] = [OverlapPolicy::Allow, OverlapPolicy::Forbid];
+
+    /// The policy's name in the API and in the store (the same as its serde name).
     pub fn as_str(self) -> &'static str {
         match self {
             OverlapPolicy::Allow => "allow",
@@ -190,11 +193,7 @@ impl OverlapPolicy {
 
     /// The policy named `name`.
     pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "allow" => Some(OverlapPolicy::Allow),
-            "forbid" => Some(OverlapPolicy::Forbid),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|p| p.as_str() == name)
     }
 }
 

@@ -14,6 +14,7 @@ use crate::domain::{
     job::{limits, validate_name, validate_payload_size, validate_payload_text},
     schedule::ScheduleSpec,
     timestamp::timestamp,
+    validation::one_of,
 };
 
 /// A job as a client writes it (`POST /v1/jobs`, and the fields `PATCH` may replace).
@@ -112,13 +113,7 @@ impl JobRequest {
             }),
             misfire: Some(s.misfire.as_str().to_string()),
             catch_up_limit: Some(s.catch_up_limit),
-            overlap: Some(
-                match s.overlap {
-                    OverlapPolicy::Allow => "allow",
-                    OverlapPolicy::Forbid => "forbid",
-                }
-                .to_string(),
-            ),
+            overlap: Some(s.overlap.as_str().to_string()),
             paused: Some(spec.paused),
         }
     }
@@ -189,43 +184,59 @@ fn duration_field(
 }
 
 fn parse_mode(mode: Option<&str>) -> Result<DeliveryMode, ApiError> {
-    match mode.map(|m| (m, DeliveryMode::parse(m))) {
-        None => Ok(DeliveryMode::Group),
-        Some((_, Some(mode))) => Ok(mode),
-        Some((other, None)) => Err(ApiError::field(
-            ErrorCode::InvalidField,
-            "target.mode",
-            format!(
-                "unknown delivery mode {other:?}: use \"group\", \"broadcast\", \"zone\" or \"sharded\""
-            ),
-        )),
-    }
+    const MODES: [DeliveryMode; 4] = [
+        DeliveryMode::Group,
+        DeliveryMode::Broadcast,
+        DeliveryMode::Zone,
+        DeliveryMode::Sharded,
+    ];
+    parse_name(
+        mode,
+        "target.mode",
+        "delivery mode",
+        DeliveryMode::parse,
+        || MODES.map(DeliveryMode::as_str),
+    )
 }
 
 fn parse_misfire(policy: Option<&str>) -> Result<MisfirePolicy, ApiError> {
-    match policy {
-        None | Some("fire_once") => Ok(MisfirePolicy::FireOnce),
-        Some("skip") => Ok(MisfirePolicy::Skip),
-        Some("catch_up") => Ok(MisfirePolicy::CatchUp),
-        Some(other) => Err(ApiError::field(
-            ErrorCode::InvalidField,
-            "misfire",
-            format!(
-                "unknown misfire policy {other:?}: use \"fire_once\", \"skip\" or \"catch_up\""
-            ),
-        )),
-    }
+    parse_name(
+        policy,
+        "misfire",
+        "misfire policy",
+        MisfirePolicy::parse,
+        || MisfirePolicy::ALL.map(MisfirePolicy::as_str),
+    )
 }
 
 fn parse_overlap(policy: Option<&str>) -> Result<OverlapPolicy, ApiError> {
-    match policy {
-        None | Some("allow") => Ok(OverlapPolicy::Allow),
-        Some("forbid") => Ok(OverlapPolicy::Forbid),
-        Some(other) => Err(ApiError::field(
-            ErrorCode::InvalidField,
-            "overlap",
-            format!("unknown overlap policy {other:?}: use \"allow\" or \"forbid\""),
-        )),
+    parse_name(
+        policy,
+        "overlap",
+        "overlap policy",
+        OverlapPolicy::parse,
+        || OverlapPolicy::ALL.map(OverlapPolicy::as_str),
+    )
+}
+
+/// A named choice: the default when absent, else the value `parse` finds, else an
+/// `invalid_field` error listing the names.
+fn parse_name<T: Default, const N: usize>(
+    name: Option<&str>,
+    field: &'static str,
+    what: &str,
+    parse: impl Fn(&str) -> Option<T>,
+    names: impl Fn() -> [&'static str; N],
+) -> Result<T, ApiError> {
+    match name {
+        None => Ok(T::default()),
+        Some(name) => parse(name).ok_or_else(|| {
+            ApiError::field(
+                ErrorCode::InvalidField,
+                field,
+                format!("unknown {what} {name:?}: use {}", one_of(&names())),
+            )
+        }),
     }
 }
 
@@ -310,6 +321,18 @@ impl From<&Job> for JobResponse {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn policy_names_are_their_serde_names_and_parse_back() {
+        for p in MisfirePolicy::ALL {
+            assert_eq!(serde_json::to_value(p).unwrap(), json!(p.as_str()));
+            assert_eq!(MisfirePolicy::parse(p.as_str()), Some(p));
+        }
+        for p in OverlapPolicy::ALL {
+            assert_eq!(serde_json::to_value(p).unwrap(), json!(p.as_str()));
+            assert_eq!(OverlapPolicy::parse(p.as_str()), Some(p));
+        }
+    }
 
     fn request(json: Value) -> Result<JobSpec, ApiError> {
         serde_json::from_value::<JobRequest>(json)
