@@ -10,6 +10,7 @@ use crate::{
     cluster::ClusterSettings, daemon::http::HttpSettings, dispatch::ObserverCopies,
     domain::duration::HumanDuration,
 };
+pub use crate::{dispatch::MIN_REPUBLISH_AFTER, telemetry::LogFormat};
 
 /// One configuration key.
 #[derive(Debug, Clone, Copy)]
@@ -23,10 +24,6 @@ pub struct Setting {
     /// What it does.
     pub doc: &'static str,
 }
-
-/// The smallest `republish_after` accepted. A confirmed run waits a moment before it
-/// is marked `dispatched` (see `dispatch::marker`), and must not look unconfirmed meanwhile.
-pub const MIN_REPUBLISH_AFTER: Duration = Duration::from_secs(1);
 
 /// Every setting `chimed` reads.
 pub const SETTINGS: &[Setting] = &[
@@ -169,15 +166,6 @@ pub const SETTINGS: &[Setting] = &[
         doc: "log filter, RUST_LOG syntax (e.g. info,chime_scheduler=debug)",
     },
 ];
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
 
 /// `chimed`'s configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -435,11 +423,8 @@ impl Layers {
                     .map(Some)
                     .ok_or_else(|| "use auto or a whole number from 1 to 256".to_string()),
             })?,
-            log_format: parse("log_format").with(|v| match v {
-                "text" => Ok(LogFormat::Text),
-                "json" => Ok(LogFormat::Json),
-                _ => Err("use text or json".to_string()),
-            })?,
+            log_format: parse("log_format")
+                .with(|v| LogFormat::parse(v).ok_or_else(|| "use text or json".to_string()))?,
             log: parse("log").text(),
         };
         parse("payload_limit").check(

@@ -8,7 +8,25 @@ use std::{io::IsTerminal, sync::OnceLock};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::config::LogFormat;
+/// Log output format (`log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    /// The format named `name` in the configuration: `text` or `json`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "text" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            _ => None,
+        }
+    }
+}
 
 /// Fires recorded, by `trigger` (`schedule`, `manual`).
 pub const FIRES: &str = "chime_fires_total";

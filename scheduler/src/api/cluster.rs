@@ -3,44 +3,13 @@
 
 use axum::{Json, extract::State};
 use chrono::Utc;
-use serde::{Deserialize, Serialize};
 
-use super::{AppState, dto::timestamp, error::ApiError};
-use crate::store::Backend;
-
-/// The cluster as the API shows it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct ClusterResponse {
-    /// `postgres` (a cluster) or `sqlite` (one node).
-    pub backend: String,
-    /// Shards jobs hash into.
-    pub shard_count: u32,
-    /// The node that answered.
-    pub this_node: String,
-    /// Lease lifetime in seconds.
-    pub lease_ttl_s: f64,
-    /// Registered nodes, live first.
-    pub nodes: Vec<NodeResponse>,
-    /// Shards no live node holds right now (being handed over).
-    pub unowned_shards: Vec<u32>,
-}
-
-/// One node.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct NodeResponse {
-    /// Node id.
-    pub id: String,
-    /// Its HTTP address.
-    pub http_addr: String,
-    /// Whether its heartbeat is fresh.
-    pub live: bool,
-    /// Shards it holds.
-    pub shards: Vec<u32>,
-    /// When it registered.
-    pub started_at: String,
-    /// Its last heartbeat.
-    pub heartbeat_at: String,
-}
+use super::{
+    AppState,
+    dto::{ClusterResponse, NodeResponse},
+    error::ApiError,
+};
+use crate::{domain::timestamp::timestamp, store::Backend};
 
 pub(super) async fn status(
     State(state): State<AppState>,

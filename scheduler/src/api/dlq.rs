@@ -7,8 +7,9 @@ use axum::{
     body::Body,
     extract::{Path, Query, State, rejection::QueryRejection},
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+pub use super::dto::{DlqItems, PurgeResponse, ReplayRequest};
 use super::{
     AppState,
     body::{parse_json, read_body},
@@ -21,39 +22,11 @@ pub const DEFAULT_PEEK: usize = 10;
 /// Messages `POST /v1/dlq/{queue}/replay` replays without a `limit`.
 pub const DEFAULT_REPLAY_LIMIT: u32 = 1000;
 
-/// `{"items": [...]}`: the dead-letter queues, or the messages of one.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DlqItems<T> {
-    /// The queues or messages.
-    pub items: Vec<T>,
-}
-
 /// The query of `GET /v1/dlq/{queue}/messages`.
 #[derive(Debug, Deserialize)]
 pub struct PeekQuery {
     /// How many messages, default 10, at most [`MAX_PEEK`].
     pub limit: Option<usize>,
-}
-
-/// The optional body of `POST /v1/dlq/{queue}/replay`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReplayRequest {
-    /// Only messages of this job (`app/name`, or a name in app `default`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<String>,
-    /// Replay at most this many, default 1000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-}
-
-/// The answer of `POST /v1/dlq/{queue}/purge`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PurgeResponse {
-    /// The queue emptied.
-    pub queue: String,
-    /// Messages removed.
-    pub purged: u32,
 }
 
 pub(super) async fn list(

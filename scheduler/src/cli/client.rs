@@ -5,12 +5,9 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{
-    api::{
-        dlq::{DlqItems, PurgeResponse, ReplayRequest},
-        dto::{JobResponse, ListResponse},
-    },
-    dlq::{DlqMessage, DlqSummary, ReplayReport},
+use crate::api::dto::{
+    DlqItems, DlqMessage, DlqSummary, JobResponse, ListResponse, PurgeResponse, ReplayReport,
+    ReplayRequest,
 };
 
 /// Why a request failed.

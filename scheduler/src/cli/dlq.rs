@@ -6,11 +6,12 @@ use std::io::Write;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
-use super::{Client, Terminal, dlq_table, write_json};
-use crate::{
-    api::dlq::{DlqItems, ReplayRequest},
-    dlq::ReplayReport,
+use super::{
+    client::Client,
+    dlq_table,
+    terminal::{Terminal, write_json},
 };
+use crate::api::dto::{DlqItems, ReplayReport, ReplayRequest};
 
 /// Most messages one replay request asks for, so each answers well within the client's
 /// timeout and progress shows between them.

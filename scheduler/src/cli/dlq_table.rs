@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use comfy_table::{Table, presets::NOTHING};
 
 use super::table::{or_dash, shorten, table};
-use crate::dlq::{DlqMessage, DlqSummary, ReplayReport};
+use crate::api::dto::{DlqMessage, DlqSummary, ReplayReport};
 
 /// Dead-letter queues, one per line, with how many of their oldest messages are resolved
 /// and their three commonest reasons.

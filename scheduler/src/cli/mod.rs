@@ -8,19 +8,19 @@ mod dlq_table;
 mod job_args;
 mod schedule_text;
 mod table;
+mod terminal;
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::api::{
-    cluster::ClusterResponse,
-    dto::{JobResponse, ListResponse, RunResponse},
-};
+use crate::api::dto::{ClusterResponse, JobResponse, ListResponse, RunResponse};
 pub use client::{Client, ClientError};
 pub use dlq::DlqCommand;
 use job_args::{AddArgs, EditArgs};
+pub use terminal::Terminal;
+use terminal::write_json;
 
 /// The command line of `chimectl`.
 #[derive(Debug, Parser)]
@@ -139,14 +139,6 @@ pub enum RunCommand {
         /// The run id.
         run: String,
     },
-}
-
-/// Where a command writes progress and questions (`err`) and reads answers (`input`).
-pub struct Terminal<'a> {
-    /// Progress lines and questions; kept apart from the output so `--json` stays JSON.
-    pub err: &'a mut dyn Write,
-    /// Answers to questions.
-    pub input: &'a mut dyn BufRead,
 }
 
 /// Runs `cli`, writing output to `out`, progress and questions to stderr, and reading
@@ -310,11 +302,6 @@ fn print_jobs(
         }
         (false, jobs) => write!(out, "{}", table::jobs(jobs)).context("writing output"),
     }
-}
-
-fn write_json(out: &mut dyn Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value).context("encoding JSON")?;
-    writeln!(out, "{text}").context("writing output")
 }
 
 #[cfg(test)]

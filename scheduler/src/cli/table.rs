@@ -5,12 +5,9 @@ use comfy_table::{Table, presets::NOTHING};
 
 use super::schedule_text;
 use crate::{
-    api::{
-        cluster::ClusterResponse,
-        dto::{InstanceResponse, ItemResponse, JobResponse, RunResponse, timestamp},
-    },
+    api::dto::{ClusterResponse, InstanceResponse, ItemResponse, JobResponse, RunResponse},
     cluster::shard_ranges as ranges,
-    domain::{DeliveryMode, Target},
+    domain::{DeliveryMode, Target, timestamp::timestamp},
 };
 
 pub(super) fn table(header: &[&str]) -> Table {

@@ -32,11 +32,14 @@ use uuid::Uuid;
 use chime_consumer::protocol::AttemptRecord;
 
 use crate::{
-    config::MIN_REPUBLISH_AFTER,
     domain::RunState,
     store::{Expect, Store},
     telemetry,
 };
+
+/// The smallest `republish_after` accepted. A confirmed run waits a moment before it
+/// is marked `dispatched` (see [`MARK_DELAY`]), and must not look unconfirmed meanwhile.
+pub const MIN_REPUBLISH_AFTER: Duration = Duration::from_secs(1);
 
 /// How long a confirm waits before its run is marked `dispatched`: long enough for a
 /// quick task's ack to be recorded first, even in a herd, and well below the smallest

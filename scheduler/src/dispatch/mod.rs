@@ -28,6 +28,7 @@ mod marker;
 mod observed;
 
 pub use changes::ChangeGuard;
+pub use marker::MIN_REPUBLISH_AFTER;
 pub use observed::ObserverCopies;
 
 use std::{

@@ -3,50 +3,17 @@
 //! is. Where a replay sends it is never read from the message: a header can be forged by
 //! whoever could publish to the dead-letter exchange (see [`super::replay`]).
 
+use chime_consumer::protocol::{DeadLetterMessage, TaskMessage, dead_letter::REASON_HEADER};
 use chrono::{DateTime, Utc};
 use lapin::{
     BasicProperties,
     types::{AMQPValue, FieldTable},
 };
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use uuid::Uuid;
 
-use chime_consumer::protocol::{
-    AttemptRecord, DeadLetterMessage, TaskMessage, dead_letter::REASON_HEADER,
-};
+use crate::{api::dto::DlqMessage, domain::timestamp::timestamp};
 
 /// Longest excerpt of an unreadable body shown.
 const BODY_EXCERPT: usize = 512;
-
-/// A dead-lettered message as `dlq peek` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DlqMessage {
-    /// `dead_letter` (given up by the scheduler), `task` (dead-lettered by the broker) or
-    /// `unreadable`.
-    pub kind: String,
-    /// Why it is here.
-    pub reason: String,
-    /// The run (task id), when known.
-    pub run_id: Option<Uuid>,
-    /// `app/name` of the job, when known.
-    pub job: Option<String>,
-    /// The attempt the message carries.
-    pub attempt: Option<u32>,
-    /// When it was dead-lettered, when known.
-    pub dead_at: Option<String>,
-    /// The task's payload.
-    pub payload: Option<Value>,
-    /// The attempt history (scheduler dead letters).
-    pub history: Vec<AttemptRecord>,
-    /// An excerpt of an unreadable body.
-    pub body: Option<String>,
-    /// Whether the run has since finished successfully (a late result recorded after it
-    /// was given up, or a replay that succeeded): the dead letter needs no replay, and a
-    /// replay leaves it in place. False when unknown.
-    #[serde(default)]
-    pub resolved: bool,
-}
 
 /// A parsed dead-lettered message.
 pub(crate) struct Classified {
@@ -79,7 +46,7 @@ pub(crate) fn classify(body: &[u8], properties: &BasicProperties) -> Classified 
                 run_id: Some(task.task_id),
                 job: Some(format!("{}/{}", task.app, task.job)),
                 attempt: Some(task.attempt),
-                dead_at: Some(crate::api::dto::timestamp(letter.dead_at)),
+                dead_at: Some(timestamp(letter.dead_at)),
                 payload: Some(task.payload.clone()),
                 history: letter.history,
                 body: None,
@@ -106,7 +73,7 @@ pub(crate) fn classify(body: &[u8], properties: &BasicProperties) -> Classified 
                 run_id: Some(task.task_id),
                 job: Some(format!("{}/{}", task.app, task.job)),
                 attempt: Some(task.attempt),
-                dead_at: dead_at.map(crate::api::dto::timestamp),
+                dead_at: dead_at.map(timestamp),
                 payload: Some(task.payload.clone()),
                 history: Vec::new(),
                 body: None,
@@ -124,7 +91,7 @@ pub(crate) fn classify(body: &[u8], properties: &BasicProperties) -> Classified 
                     run_id: None,
                     job: None,
                     attempt: None,
-                    dead_at: dead_at.map(crate::api::dto::timestamp),
+                    dead_at: dead_at.map(timestamp),
                     payload: None,
                     history: Vec::new(),
                     body: Some(text.chars().take(BODY_EXCERPT).collect()),

@@ -26,14 +26,12 @@ use lapin::{
     options::{BasicGetOptions, QueueDeclareOptions, QueuePurgeOptions},
     types::FieldTable,
 };
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use chime_consumer::protocol::topology::{self, REPLY_QUEUE};
 
-pub use message::DlqMessage;
-
+pub use crate::api::dto::{DlqMessage, DlqSummary, ReplayReport};
 use crate::{
     broker::{self, ConfirmedPublisher, PublishError},
     domain::{Run, RunState},
@@ -66,38 +64,6 @@ pub enum DlqError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// One dead-letter queue in `dlq ls`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DlqSummary {
-    /// Queue name.
-    pub queue: String,
-    /// Messages in it.
-    pub depth: u32,
-    /// Age of the oldest message in seconds, if any and known.
-    pub oldest_age_s: Option<f64>,
-    /// Reasons of the oldest (up to 100) messages, with counts.
-    pub reasons: BTreeMap<String, u32>,
-    /// How many of those oldest (up to 100) messages are resolved: their run has since
-    /// finished successfully (see [`DlqMessage::resolved`]). 0 when reasons are not read.
-    #[serde(default)]
-    pub resolved: u32,
-}
-
-/// What a replay did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ReplayReport {
-    /// Messages published to their target (confirmed) and removed from the DLQ.
-    pub replayed: u32,
-    /// Copies removed because their run is under way again (replayed already).
-    pub discarded: u32,
-    /// Messages left in place, by reason (`resolved` for those whose run has since
-    /// succeeded).
-    pub skipped: BTreeMap<String, u32>,
-    /// Messages left in the queue afterwards: what the broker counts once the replay is
-    /// over, and never fewer than the queue held before less those removed.
-    pub remaining: u32,
 }
 
 /// Which of Chime's dead-letter queues a queue is; it decides where a replay publishes.

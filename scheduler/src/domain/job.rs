@@ -20,6 +20,7 @@ use super::{
     schedule::Schedule,
     validation::FieldError,
 };
+pub use super::{limits, overlap::OverlapPolicy};
 
 /// Where a job's tasks go.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,38 +167,6 @@ impl LiveZones {
     }
 }
 
-/// Whether a job may fire while its previous run is unfinished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OverlapPolicy {
-    /// Fire on schedule regardless of earlier runs.
-    #[default]
-    Allow,
-    /// Skip a fire while the job has a run that is not finished (`scheduled`,
-    /// `dispatched`, `acked`, or `failed` waiting for its retry), whichever node
-    /// recorded it.
-    Forbid,
-}
-
-impl OverlapPolicy {
-    /// The policy's name in the API and in the store.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OverlapPolicy::Allow => "allow",
-            OverlapPolicy::Forbid => "forbid",
-        }
-    }
-
-    /// The policy named `name`.
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "allow" => Some(OverlapPolicy::Allow),
-            "forbid" => Some(OverlapPolicy::Forbid),
-            _ => None,
-        }
-    }
-}
-
 #[cfg(test)]
 impl JobSettings {
     /// An every-second job for group `web` in `mode`, for unit tests.
@@ -301,39 +270,6 @@ pub struct JobFires {
     /// How many fire times were due (each is one run per item; a zone job with no zone
     /// to run has fire times but no runs).
     pub fire_times: usize,
-}
-
-/// Defaults and bounds of job settings.
-pub mod limits {
-    use std::time::Duration;
-
-    /// Default app namespace.
-    pub const DEFAULT_APP: &str = "default";
-    /// Default ack timeout.
-    pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
-    /// Shortest ack timeout.
-    pub const MIN_ACK_TIMEOUT: Duration = Duration::from_secs(1);
-    /// Longest ack timeout: below RabbitMQ's default consumer timeout (30 min), past which
-    /// the broker closes the consumer's channel anyway.
-    pub const MAX_ACK_TIMEOUT: Duration = Duration::from_secs(25 * 60);
-    /// Default run timeout.
-    pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-    /// Shortest run timeout.
-    pub const MIN_RUN_TIMEOUT: Duration = Duration::from_secs(1);
-    /// Longest run timeout: a day of silence from a running handler.
-    pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-    /// Default max attempts.
-    pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
-    /// Most attempts.
-    pub const MAX_ATTEMPTS: u32 = 100;
-    /// Default catch-up bound.
-    pub const DEFAULT_CATCH_UP_LIMIT: u32 = 10;
-    /// Largest catch-up bound.
-    pub const MAX_CATCH_UP_LIMIT: u32 = 1000;
-    /// Most items a sharded job's fire is split into.
-    pub const MAX_SHARDS: u32 = 1024;
-    /// Most zones a zone job lists.
-    pub const MAX_ZONES: usize = 64;
 }
 
 /// Whether replacing `old` with `new` recomputes the next fire time: the schedule changed

@@ -36,13 +36,25 @@ pub enum MisfirePolicy {
 }
 
 impl MisfirePolicy {
-    /// The policy's name in the API.
+    /// Every policy, in the order the API lists them.
+    pub const ALL: [MisfirePolicy; 3] = [
+        MisfirePolicy::FireOnce,
+        MisfirePolicy::Skip,
+        MisfirePolicy::CatchUp,
+    ];
+
+    /// The policy's name in the API (the same as its serde name).
     pub fn as_str(self) -> &'static str {
         match self {
             MisfirePolicy::FireOnce => "fire_once",
             MisfirePolicy::Skip => "skip",
             MisfirePolicy::CatchUp => "catch_up",
         }
+    }
+
+    /// The policy named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == name)
     }
 }
 

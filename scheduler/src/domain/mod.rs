@@ -4,18 +4,23 @@
 pub mod broadcast;
 pub mod cron_schedule;
 pub mod duration;
+pub mod fire_state;
 pub mod job;
+pub mod limits;
 pub mod misfire;
+pub mod overlap;
+pub mod receipt;
 pub mod retry;
 pub mod run;
 pub mod schedule;
 pub mod shard;
+pub mod timestamp;
 pub mod validation;
 
-pub use job::{
-    DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, OverlapPolicy, Target,
-};
+pub use fire_state::FireState;
+pub use job::{DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, Target};
 pub use misfire::{FirePlan, MisfirePolicy, judge_recorded, plan_fires};
+pub use overlap::OverlapPolicy;
 pub use retry::Backoff;
 pub use run::{Run, RunState, RunTrigger, WaitingFor};
 pub use schedule::Schedule;

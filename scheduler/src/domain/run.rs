@@ -36,7 +36,7 @@ use chime_consumer::protocol::{
     AttemptRecord, DeliveryMode, Progress, ResultMessage, TaskOutcome, item_run_id,
 };
 
-use super::{OverlapPolicy, broadcast::InstanceReceipt};
+use super::{limits, overlap::OverlapPolicy, receipt::InstanceReceipt};
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -283,8 +283,8 @@ impl Run {
             fired_by: None,
             output: None,
             error: None,
-            ack_timeout: super::job::limits::DEFAULT_ACK_TIMEOUT,
-            run_timeout: super::job::limits::DEFAULT_RUN_TIMEOUT,
+            ack_timeout: limits::DEFAULT_ACK_TIMEOUT,
+            run_timeout: limits::DEFAULT_RUN_TIMEOUT,
             // An armed fire (recorded ahead of its time) is not overdue before it is due.
             due_at: Some(super::schedule::truncate_ms(now.max(fire_time))),
             history: Vec::new(),

@@ -1,21 +1,20 @@
-//! The API's JSON shapes: what a client sends to create or change a job, and how jobs and
-//! runs are returned. Field names and meanings are the public surface in the design brief.
+//! The job shapes of the HTTP API: what a client sends to create or change a job
+//! ([`JobRequest`]) and how a job is returned ([`JobResponse`]). Field names and meanings
+//! are the public surface in the design brief.
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::error::{ApiError, ErrorCode};
-use chime_consumer::protocol::{AttemptRecord, Progress};
-
+use crate::api::error::{ApiError, ErrorCode};
 use crate::domain::{
-    Backoff, DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Run, RunState,
-    Schedule, Target,
-    broadcast::{InstanceReceipt, ReceiptState},
+    Backoff, DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Schedule,
+    Target,
     duration::HumanDuration,
     job::{limits, validate_name, validate_payload_size, validate_payload_text},
     schedule::ScheduleSpec,
+    timestamp::timestamp,
+    validation::one_of,
 };
 
 /// A job as a client writes it (`POST /v1/jobs`, and the fields `PATCH` may replace).
@@ -114,13 +113,7 @@ impl JobRequest {
             }),
             misfire: Some(s.misfire.as_str().to_string()),
             catch_up_limit: Some(s.catch_up_limit),
-            overlap: Some(
-                match s.overlap {
-                    OverlapPolicy::Allow => "allow",
-                    OverlapPolicy::Forbid => "forbid",
-                }
-                .to_string(),
-            ),
+            overlap: Some(s.overlap.as_str().to_string()),
             paused: Some(spec.paused),
         }
     }
@@ -191,49 +184,60 @@ fn duration_field(
 }
 
 fn parse_mode(mode: Option<&str>) -> Result<DeliveryMode, ApiError> {
-    match mode.map(|m| (m, DeliveryMode::parse(m))) {
-        None => Ok(DeliveryMode::Group),
-        Some((_, Some(mode))) => Ok(mode),
-        Some((other, None)) => Err(ApiError::field(
-            ErrorCode::InvalidField,
-            "target.mode",
-            format!(
-                "unknown delivery mode {other:?}: use \"group\", \"broadcast\", \"zone\" or \"sharded\""
-            ),
-        )),
-    }
+    const MODES: [DeliveryMode; 4] = [
+        DeliveryMode::Group,
+        DeliveryMode::Broadcast,
+        DeliveryMode::Zone,
+        DeliveryMode::Sharded,
+    ];
+    parse_name(
+        mode,
+        "target.mode",
+        "delivery mode",
+        DeliveryMode::parse,
+        || MODES.map(DeliveryMode::as_str),
+    )
 }
 
 fn parse_misfire(policy: Option<&str>) -> Result<MisfirePolicy, ApiError> {
-    match policy {
-        None | Some("fire_once") => Ok(MisfirePolicy::FireOnce),
-        Some("skip") => Ok(MisfirePolicy::Skip),
-        Some("catch_up") => Ok(MisfirePolicy::CatchUp),
-        Some(other) => Err(ApiError::field(
-            ErrorCode::InvalidField,
-            "misfire",
-            format!(
-                "unknown misfire policy {other:?}: use \"fire_once\", \"skip\" or \"catch_up\""
-            ),
-        )),
-    }
+    parse_name(
+        policy,
+        "misfire",
+        "misfire policy",
+        MisfirePolicy::parse,
+        || MisfirePolicy::ALL.map(MisfirePolicy::as_str),
+    )
 }
 
 fn parse_overlap(policy: Option<&str>) -> Result<OverlapPolicy, ApiError> {
-    match policy {
-        None | Some("allow") => Ok(OverlapPolicy::Allow),
-        Some("forbid") => Ok(OverlapPolicy::Forbid),
-        Some(other) => Err(ApiError::field(
-            ErrorCode::InvalidField,
-            "overlap",
-            format!("unknown overlap policy {other:?}: use \"allow\" or \"forbid\""),
-        )),
-    }
+    parse_name(
+        policy,
+        "overlap",
+        "overlap policy",
+        OverlapPolicy::parse,
+        || OverlapPolicy::ALL.map(OverlapPolicy::as_str),
+    )
 }
 
-/// RFC 3339 with milliseconds, UTC.
-pub fn timestamp(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+/// A named choice: the default when absent, else the value `parse` finds, else an
+/// `invalid_field` error listing the names.
+fn parse_name<T: Default, const N: usize>(
+    name: Option<&str>,
+    field: &'static str,
+    what: &str,
+    parse: impl Fn(&str) -> Option<T>,
+    names: impl Fn() -> [&'static str; N],
+) -> Result<T, ApiError> {
+    match name {
+        None => Ok(T::default()),
+        Some(name) => parse(name).ok_or_else(|| {
+            ApiError::field(
+                ErrorCode::InvalidField,
+                field,
+                format!("unknown {what} {name:?}: use {}", one_of(&names())),
+            )
+        }),
+    }
 }
 
 /// A job as the API returns it.
@@ -313,301 +317,22 @@ impl From<&Job> for JobResponse {
     }
 }
 
-/// A run as the API returns it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RunResponse {
-    /// Run id: the task id and idempotency key.
-    pub id: Uuid,
-    /// The job.
-    pub job_id: Uuid,
-    /// Scheduled fire time.
-    pub fire_time: String,
-    /// Shard index.
-    pub shard: u32,
-    /// Shard items of the fire.
-    pub shard_total: u32,
-    /// The job's delivery mode when the run was recorded.
-    #[serde(default)]
-    pub mode: DeliveryMode,
-    /// The zone this item is for; null unless `mode` is `zone`.
-    #[serde(default)]
-    pub zone: Option<String>,
-    /// Delivery attempt.
-    pub attempt: u32,
-    /// State.
-    pub state: crate::domain::RunState,
-    /// `schedule` or `manual`.
-    pub trigger: crate::domain::RunTrigger,
-    /// Payload sent.
-    pub payload: Value,
-    /// When recorded.
-    pub created_at: String,
-    /// When the broker confirmed the task.
-    pub dispatched_at: Option<String>,
-    /// When a consumer acked it.
-    pub acked_at: Option<String>,
-    /// When the handler finished.
-    pub finished_at: Option<String>,
-    /// Consumer instance.
-    pub consumer: Option<String>,
-    /// Handler output.
-    pub output: Option<Value>,
-    /// Failure reason, or why publishing is pending.
-    pub error: Option<String>,
-    /// The scheduler node that recorded the run.
-    pub fired_by: Option<String>,
-    /// For a `dispatched` or `acked` run: when it is published again (as attempt + 1)
-    /// unless an ack, heartbeat or result comes first.
-    pub deadline_at: Option<String>,
-    /// For a `failed` run: when the next attempt is published.
-    pub next_attempt_at: Option<String>,
-    /// For a `dispatched` run: what it waits for while its ack deadline moves on without
-    /// using an attempt (`consumer`: its work queue has no consumer); null otherwise.
-    #[serde(default)]
-    pub waiting_for: Option<crate::domain::WaitingFor>,
-    /// Attempts that did not succeed, oldest first.
-    pub history: Vec<AttemptRecord>,
-    /// The handler's latest progress report.
-    pub progress: Option<Progress>,
-    /// The consumer's latest heartbeat.
-    pub heartbeat_at: Option<String>,
-    /// `broadcast` runs: one receipt per consumer instance that acked, with its latest
-    /// attempt; always empty for other modes.
-    #[serde(default)]
-    pub instances: Vec<InstanceResponse>,
-    /// Every item of the run's fire (same job, fire time and trigger), this run
-    /// included, by shard. Only on the single-run answers (`GET /v1/runs/{id}` and a
-    /// manual trigger), not in run lists.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub items: Option<Vec<ItemResponse>>,
-    /// The fire as a whole (see [`FireState::of`]); present with `items`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fire_state: Option<FireState>,
-}
-
-/// What one consumer instance did with a broadcast run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct InstanceResponse {
-    /// Consumer instance id.
-    pub instance: String,
-    /// The attempt it ran (its latest).
-    pub attempt: u32,
-    /// `running`, `succeeded`, `failed` or `lost`.
-    pub state: ReceiptState,
-    /// When it acked.
-    pub acked_at: String,
-    /// Its last heartbeat.
-    pub heartbeat_at: Option<String>,
-    /// When it finished, or was declared lost.
-    pub finished_at: Option<String>,
-    /// The handler's output.
-    pub output: Option<Value>,
-    /// Why it failed or was lost.
-    pub error: Option<String>,
-}
-
-impl From<&InstanceReceipt> for InstanceResponse {
-    fn from(receipt: &InstanceReceipt) -> Self {
-        Self {
-            instance: receipt.instance.clone(),
-            attempt: receipt.attempt,
-            state: receipt.state,
-            acked_at: timestamp(receipt.acked_at),
-            heartbeat_at: receipt.heartbeat_at.map(timestamp),
-            finished_at: receipt.finished_at.map(timestamp),
-            output: receipt.output.clone(),
-            error: receipt.error.as_ref().map(|e| e.message.clone()),
-        }
-    }
-}
-
-/// One item of a fire, as listed in a run's `items`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ItemResponse {
-    /// The item's run id.
-    pub id: Uuid,
-    /// Shard index.
-    pub shard: u32,
-    /// The zone (`zone` mode), else null.
-    pub zone: Option<String>,
-    /// The item's state.
-    pub state: RunState,
-    /// Its delivery attempt.
-    pub attempt: u32,
-    /// The consumer instance that acked or finished it last.
-    pub consumer: Option<String>,
-}
-
-impl From<&Run> for ItemResponse {
-    fn from(run: &Run) -> Self {
-        Self {
-            id: run.id,
-            shard: run.shard,
-            zone: run.zone.clone(),
-            state: run.state,
-            attempt: run.attempt,
-            consumer: run.consumer.clone(),
-        }
-    }
-}
-
-/// Where a fire stands as a whole, from the states of its items.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FireState {
-    /// Some item is neither `succeeded` nor `dead` yet, and none is `dead`.
-    Running,
-    /// Every item succeeded.
-    Succeeded,
-    /// Some item is `dead`: the fire will not complete without a replay.
-    Dead,
-}
-
-impl FireState {
-    /// `dead` if any item is dead, else `succeeded` if every item succeeded (and there
-    /// is at least one), else `running`.
-    pub fn of(states: impl IntoIterator<Item = RunState>) -> Self {
-        let mut any = false;
-        let mut all_succeeded = true;
-        for state in states {
-            any = true;
-            match state {
-                RunState::Dead => return FireState::Dead,
-                RunState::Succeeded => {}
-                _ => all_succeeded = false,
-            }
-        }
-        if any && all_succeeded {
-            FireState::Succeeded
-        } else {
-            FireState::Running
-        }
-    }
-
-    /// The state's name in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FireState::Running => "running",
-            FireState::Succeeded => "succeeded",
-            FireState::Dead => "dead",
-        }
-    }
-}
-
-impl RunResponse {
-    /// This run with the view of its whole fire: `items` (the runs of the fire, this one
-    /// included) and their `fire_state`.
-    pub fn with_fire(mut self, items: &[Run]) -> Self {
-        self.fire_state = Some(FireState::of(items.iter().map(|r| r.state)));
-        self.items = Some(items.iter().map(ItemResponse::from).collect());
-        self
-    }
-}
-
-impl From<&Run> for RunResponse {
-    fn from(run: &Run) -> Self {
-        Self {
-            id: run.id,
-            job_id: run.job_id,
-            fire_time: timestamp(run.fire_time),
-            shard: run.shard,
-            shard_total: run.shard_total,
-            mode: run.mode,
-            zone: run.zone.clone(),
-            attempt: run.attempt,
-            state: run.state,
-            trigger: run.trigger,
-            payload: run.payload.clone(),
-            created_at: timestamp(run.created_at),
-            dispatched_at: run.dispatched_at.map(timestamp),
-            acked_at: run.acked_at.map(timestamp),
-            finished_at: run.finished_at.map(timestamp),
-            fired_by: run.fired_by.clone(),
-            consumer: run.consumer.clone(),
-            output: run.output.clone(),
-            error: run.error.clone(),
-            deadline_at: run
-                .due_at
-                .filter(|_| matches!(run.state, RunState::Dispatched | RunState::Acked))
-                .map(timestamp),
-            next_attempt_at: run
-                .due_at
-                .filter(|_| run.state == RunState::Failed)
-                .map(timestamp),
-            waiting_for: run.waiting_for,
-            history: run.history.clone(),
-            progress: run.progress.clone(),
-            heartbeat_at: run.heartbeat_at.map(timestamp),
-            instances: run.instances.iter().map(InstanceResponse::from).collect(),
-            items: None,
-            fire_state: None,
-        }
-    }
-}
-
-/// A page of a list.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ListResponse<T> {
-    /// This page.
-    pub items: Vec<T>,
-    /// Cursor of the next page; null on the last.
-    pub next: Option<String>,
-}
-
-/// Query parameters of list endpoints.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// Page size.
-    pub limit: Option<u32>,
-    /// The previous page's `next`.
-    pub cursor: Option<String>,
-    /// Only jobs of this app (job list only).
-    pub app: Option<String>,
-}
-
-impl ListQuery {
-    /// The page size: default 100, at most 1000.
-    pub fn limit(&self) -> Result<u32, ApiError> {
-        match self.limit {
-            None => Ok(100),
-            Some(n @ 1..=1000) => Ok(n),
-            Some(n) => Err(ApiError::field(
-                ErrorCode::InvalidField,
-                "limit",
-                format!("limit {n} is out of range: use 1 to 1000"),
-            )),
-        }
-    }
-}
-
-/// The cursor after a run: `<fire time ms>_<run id>`.
-pub fn run_cursor(run: &Run) -> String {
-    format!("{}_{}", run.fire_time.timestamp_millis(), run.id)
-}
-
-/// Parses a run cursor.
-pub fn parse_run_cursor(cursor: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
-    let bad = || {
-        ApiError::field(
-            ErrorCode::InvalidField,
-            "cursor",
-            format!("invalid cursor {cursor:?}"),
-        )
-    };
-    let (ms, id) = cursor.split_once('_').ok_or_else(bad)?;
-    let at = ms
-        .parse()
-        .ok()
-        .and_then(DateTime::from_timestamp_millis)
-        .ok_or_else(bad)?;
-    Ok((at, Uuid::parse_str(id).map_err(|_| bad())?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn policy_names_are_their_serde_names_and_parse_back() {
+        for p in MisfirePolicy::ALL {
+            assert_eq!(serde_json::to_value(p).unwrap(), json!(p.as_str()));
+            assert_eq!(MisfirePolicy::parse(p.as_str()), Some(p));
+        }
+        for p in OverlapPolicy::ALL {
+            assert_eq!(serde_json::to_value(p).unwrap(), json!(p.as_str()));
+            assert_eq!(OverlapPolicy::parse(p.as_str()), Some(p));
+        }
+    }
 
     fn request(json: Value) -> Result<JobSpec, ApiError> {
         serde_json::from_value::<JobRequest>(json)
@@ -840,113 +565,5 @@ mod tests {
             assert_eq!(patched.settings.target, spec.settings.target, "{target}");
             assert_eq!(patched.settings.payload, json!({"v": 2}));
         }
-    }
-
-    fn run_in(state: RunState, shard: u32) -> Run {
-        let mut run = Run::new(
-            Uuid::nil(),
-            "2026-11-21T10:00:00Z".parse().unwrap(),
-            crate::domain::RunTrigger::Schedule,
-            Value::Null,
-            "2026-11-21T10:00:00Z".parse().unwrap(),
-        )
-        .item(DeliveryMode::Sharded, shard, 3, None);
-        run.state = state;
-        run
-    }
-
-    #[test]
-    fn fire_state_is_dead_if_any_item_is_else_succeeded_only_when_all_are() {
-        use RunState::*;
-        let of = |states: &[RunState]| FireState::of(states.iter().copied());
-        assert_eq!(of(&[Succeeded]), FireState::Succeeded);
-        assert_eq!(of(&[Succeeded, Succeeded, Succeeded]), FireState::Succeeded);
-        assert_eq!(of(&[Succeeded, Acked, Succeeded]), FireState::Running);
-        assert_eq!(of(&[Scheduled, Dispatched, Failed]), FireState::Running);
-        assert_eq!(of(&[Succeeded, Dead, Acked]), FireState::Dead);
-        assert_eq!(of(&[Dead]), FireState::Dead);
-        assert_eq!(of(&[]), FireState::Running);
-        assert_eq!(
-            serde_json::to_value(FireState::Dead).unwrap(),
-            json!("dead")
-        );
-        assert_eq!(FireState::Running.as_str(), "running");
-    }
-
-    #[test]
-    fn a_run_shows_its_mode_zone_instances_and_fire() {
-        let items = [
-            run_in(RunState::Succeeded, 0),
-            run_in(RunState::Acked, 1),
-            run_in(RunState::Scheduled, 2),
-        ];
-        let listed = serde_json::to_value(RunResponse::from(&items[1])).unwrap();
-        assert_eq!(
-            (&listed["mode"], &listed["zone"], &listed["instances"]),
-            (&json!("sharded"), &Value::Null, &json!([]))
-        );
-        assert!(listed.get("items").is_none() && listed.get("fire_state").is_none());
-        let single = RunResponse::from(&items[1]).with_fire(&items);
-        let json = serde_json::to_value(&single).unwrap();
-        assert_eq!(json["fire_state"], "running");
-        assert_eq!(
-            json["items"][1],
-            json!({"id": items[1].id, "shard": 1, "zone": null, "state": "acked",
-                   "attempt": 1, "consumer": null})
-        );
-        assert_eq!(serde_json::from_value::<RunResponse>(json).unwrap(), single);
-
-        let mut zone =
-            run_in(RunState::Succeeded, 0).item(DeliveryMode::Zone, 1, 2, Some("dc2".into()));
-        zone.consumer = Some("web-1".into());
-        let json =
-            serde_json::to_value(RunResponse::from(&zone).with_fire(std::slice::from_ref(&zone)))
-                .unwrap();
-        assert_eq!(
-            (&json["mode"], &json["zone"]),
-            (&json!("zone"), &json!("dc2"))
-        );
-        assert_eq!(json["fire_state"], "succeeded");
-
-        let at: DateTime<Utc> = "2026-11-21T10:00:01Z".parse().unwrap();
-        let mut broadcast = run_in(RunState::Acked, 0).item(DeliveryMode::Broadcast, 0, 1, None);
-        broadcast.instances = vec![InstanceReceipt {
-            instance: "web-1".into(),
-            attempt: 1,
-            state: ReceiptState::Lost,
-            acked_at: at,
-            heartbeat_at: None,
-            finished_at: Some(at),
-            output: None,
-            error: Some(chime_consumer::protocol::TaskError {
-                message: "silent".into(),
-                retryable: true,
-                retry_after_ms: None,
-            }),
-        }];
-        let json = serde_json::to_value(RunResponse::from(&broadcast)).unwrap();
-        assert_eq!(
-            json["instances"],
-            json!([{"instance": "web-1", "attempt": 1, "state": "lost",
-                    "acked_at": "2026-11-21T10:00:01.000Z", "heartbeat_at": null,
-                    "finished_at": "2026-11-21T10:00:01.000Z", "output": null,
-                    "error": "silent"}])
-        );
-    }
-
-    #[test]
-    fn run_cursor_round_trips() {
-        let run = Run::new(
-            Uuid::now_v7(),
-            Utc::now(),
-            crate::domain::RunTrigger::Manual,
-            Value::Null,
-            Utc::now(),
-        );
-        assert_eq!(
-            parse_run_cursor(&run_cursor(&run)).unwrap(),
-            (run.fire_time, run.id)
-        );
-        assert!(parse_run_cursor("nope").is_err());
     }
 }
