@@ -1,89 +1,46 @@
-//! `PgIdempotencyStore` retention against a real PostgreSQL: each test gets a schema of its
-//! own on the server at `CHIME_TEST_POSTGRES_URL` (default
-//! `postgres://postgres:postgres@127.0.0.1:5432/postgres`; start one with
+//! `PgIdempotencyStore` retention against a real PostgreSQL: each test gets a database of
+//! its own ([`chime_testkit::TestDatabase`]) on the server at `CHIME_TEST_POSTGRES_URL`
+//! (default `postgres://postgres:postgres@127.0.0.1:5432/postgres`; start one with
 //! deploy/local/postgres.sh), dropped afterwards. Fails loudly when the server is missing.
 //! Needs feature `postgres`: `cargo test -p chime-consumer --features postgres` (a
 //! workspace test run has it on).
 #![cfg(feature = "postgres")]
 
-use std::{str::FromStr, time::Duration};
+use std::time::Duration;
 
 use chime_consumer::{
     idempotency::{IdempotencyStore, PgIdempotencyStore, RecordedOutcome},
     protocol::TaskOutcome,
 };
+use chime_testkit::TestDatabase;
 use chrono::{DateTime, Utc};
-use sqlx::{
-    AssertSqlSafe, Connection, PgConnection, PgPool,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::{PgPool, postgres::PgPoolOptions};
 use uuid::Uuid;
 
-const POSTGRES_URL_ENV: &str = "CHIME_TEST_POSTGRES_URL";
-const DEFAULT_POSTGRES_URL: &str = "postgres://postgres:postgres@127.0.0.1:5432/postgres";
-
-/// A schema that exists for one test, and a pool whose `search_path` is it.
-struct TestSchema {
-    url: String,
-    name: String,
+/// A database that exists for one test, and a pool on it.
+struct TestStore {
     pool: PgPool,
+    // Dropped after the pool (fields drop in order); the drop removes the database.
+    _db: TestDatabase,
 }
 
-impl TestSchema {
+impl TestStore {
     async fn new() -> Self {
-        let url = std::env::var(POSTGRES_URL_ENV).unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into());
-        let mut admin = PgConnection::connect(&url).await.unwrap_or_else(|e| {
-            panic!(
-                "PostgreSQL is required for this test but {url} is unreachable: {e}. \
-                 Start it with deploy/local/postgres.sh or set {POSTGRES_URL_ENV}."
-            )
-        });
-        let name = format!("chime_idem_{}", Uuid::now_v7().simple());
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA {name}")))
-            .execute(&mut admin)
-            .await
-            .expect("create a test schema");
-        let _ = admin.close().await;
-        let options = PgConnectOptions::from_str(&url)
-            .expect("a PostgreSQL url")
-            .options([("search_path", name.as_str())]);
+        let db = TestDatabase::postgres().await;
         let pool = PgPoolOptions::new()
             .max_connections(4)
-            .connect_with(options)
+            .connect(db.url())
             .await
-            .expect("connect to the test schema");
-        Self { url, name, pool }
+            .expect("connect to the test database");
+        Self { pool, _db: db }
     }
 
-    /// An idempotency store in this schema keeping outcomes for `retention`.
+    /// An idempotency store in this database keeping outcomes for `retention`.
     async fn store(&self, retention: Duration) -> PgIdempotencyStore {
         PgIdempotencyStore::new(self.pool.clone())
             .await
             .expect("create the idempotency table")
             .retention(retention)
-    }
-}
-
-impl Drop for TestSchema {
-    fn drop(&mut self) {
-        let (url, name) = (self.url.clone(), self.name.clone());
-        // Drop may run inside a runtime; use a thread with its own.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime for test cleanup");
-            runtime.block_on(async {
-                if let Ok(mut admin) = PgConnection::connect(&url).await {
-                    let _ = sqlx::raw_sql(AssertSqlSafe(format!(
-                        "DROP SCHEMA IF EXISTS {name} CASCADE"
-                    )))
-                    .execute(&mut admin)
-                    .await;
-                }
-            });
-        })
-        .join();
     }
 }
 
@@ -120,7 +77,7 @@ const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[tokio::test]
 async fn prune_deletes_outcomes_past_retention_in_batches() {
-    let db = TestSchema::new().await;
+    let db = TestStore::new().await;
     let store = db.store(WEEK).await;
     let now = Utc::now();
     seed(&db.pool, 2500, Some(now - chrono::Duration::days(10))).await;
@@ -136,7 +93,7 @@ async fn prune_deletes_outcomes_past_retention_in_batches() {
 
 #[tokio::test]
 async fn writes_prune_in_the_background() {
-    let db = TestSchema::new().await;
+    let db = TestStore::new().await;
     let store = db.store(Duration::from_secs(3600)).await;
     seed(&db.pool, 10, Some(Utc::now() - chrono::Duration::hours(2))).await;
     let recorded = RecordedOutcome {
@@ -157,7 +114,7 @@ async fn writes_prune_in_the_background() {
 
 #[tokio::test]
 async fn zero_retention_keeps_outcomes_forever() {
-    let db = TestSchema::new().await;
+    let db = TestStore::new().await;
     let store = db.store(Duration::ZERO).await;
     let now = Utc::now();
     seed(&db.pool, 5, Some(now - chrono::Duration::days(3650))).await;

@@ -8,8 +8,9 @@ use chime_scheduler::{
     api::dto::JobRequest,
     cluster::shard_of,
     domain::Job,
-    store::{Firing, PostgresStore, ShardToken, Store, testing::TestDatabase},
+    store::{Firing, PostgresStore, ShardToken, Store},
 };
+use chime_testkit::TestDatabase;
 use chrono::{Duration, Utc};
 use serde_json::json;
 use sqlx::{Connection, PgConnection};

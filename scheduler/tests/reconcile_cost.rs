@@ -6,8 +6,9 @@
 
 use chime_scheduler::{
     domain::{Job, JobSettings, JobSpec},
-    store::{Backend, PostgresStore, Store, open_backend, testing::TestDatabase},
+    store::{Backend, PostgresStore, Store, open_backend},
 };
+use chime_testkit::TestDatabase;
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 use sqlx::Connection;

@@ -9,9 +9,10 @@ use chime_scheduler::{
         Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Schedule, Target,
         duration::HumanDuration, job::limits, schedule::ScheduleSpec,
     },
-    store::{self, RunPage, Store, testing::TestDatabase},
+    store::{self, RunPage, Store},
     timer::{Timer, TimerSettings},
 };
+use chime_testkit::TestDatabase;
 use chrono::Utc;
 use serde_json::json;
 

@@ -1,6 +1,8 @@
 //! Looking at queues through a channel: passive declares and dead-lettering one message
 //! the way the broker does for a consumer's reject.
 
+use std::time::Duration;
+
 use lapin::{
     Channel,
     options::{BasicGetOptions, BasicRejectOptions, QueueDeclareOptions},
@@ -33,13 +35,13 @@ pub async fn queue_state(channel: &Channel, queue: &str) -> (u32, u32) {
 
 /// Dead-letters one message: publishes `body` straight into the work queue `queue`
 /// (through the default exchange), takes it and rejects it without requeue, so the broker
-/// moves it to the queue's dead-letter queue.
-pub async fn dead_letter_one(channel: &Channel, queue: &str, body: &[u8]) {
+/// moves it to the queue's dead-letter queue. Waits up to `timeout` for the message.
+pub async fn dead_letter_one(channel: &Channel, queue: &str, body: &[u8], timeout: Duration) {
     assert!(
         publish::publish(channel, "", queue, body).await,
         "the work queue {queue} exists"
     );
-    let message = wait::eventually("the message in the work queue", || async {
+    let message = wait::until("the message in the work queue", timeout, || async {
         channel
             .basic_get(queue.into(), BasicGetOptions { no_ack: false })
             .await

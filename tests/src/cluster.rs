@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, Row};
 use uuid::Uuid;
 
-use crate::{Chimed, TestConsumer, TestDatabase, TestVhost, api::Api, chimed::ChimedConfig, wait};
+use crate::{
+    Chimed, JobSpec, TestConsumer, TestDatabase, TestVhost, api::Api, chimed::ChimedConfig, wait,
+};
 
 /// Lease timing the cluster tests run with: short, so failovers take seconds.
 pub const LEASE_TTL_S: u64 = 3;
@@ -175,13 +177,13 @@ impl Cluster {
         let names: Vec<usize> = (0..count).collect();
         for chunk in names.chunks(16) {
             let creations = chunk.iter().map(|i| {
-                let mut body = json!({
-                    "app": "cluster", "name": format!("job-{i}"),
-                    "schedule": {"every": "1s"},
-                    "target": {"group": GROUP},
-                    "misfire": "catch_up", "catch_up_limit": 100,
-                });
-                merge(&mut body, &extra);
+                let body = JobSpec::new("cluster", &format!("job-{i}"))
+                    .every("1s")
+                    .group(GROUP)
+                    .set("misfire", json!("catch_up"))
+                    .set("catch_up_limit", json!(100))
+                    .merge(&extra)
+                    .build();
                 let api = api.clone();
                 async move { api.create_job(body).await }
             });
@@ -314,12 +316,4 @@ pub fn balanced(status: &Value, live: usize) -> bool {
     counts.len() == live
         && counts.iter().sum::<usize>() == total
         && counts.iter().max().unwrap_or(&0) - counts.iter().min().unwrap_or(&0) <= 1
-}
-
-fn merge(body: &mut Value, extra: &Value) {
-    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            body.insert(k.clone(), v.clone());
-        }
-    }
 }

@@ -14,10 +14,9 @@ pub mod chimed;
 pub mod cluster;
 pub mod consumer;
 pub mod raw_http;
-pub mod vhost;
-pub mod wait;
 
-pub use chime_scheduler::store::testing::TestDatabase;
 pub use chimed::Chimed;
 pub use consumer::TestConsumer;
-pub use vhost::TestVhost;
+// The database, vhost and wait helpers come from the shared test kit; re-exported because
+// the harness's own modules and every scenario use them.
+pub use chime_testkit::{JobSpec, TestDatabase, TestVhost, vhost, wait};

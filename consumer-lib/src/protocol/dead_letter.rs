@@ -1,5 +1,7 @@
 //! Dead letters: the message the scheduler publishes to a group's dead-letter queue when
-//! it gives a run up, the attempt history it carries, and the headers that let tools read
+//! it gives a run up (its attempt history is a list of run records,
+//! [`AttemptRecord`], defined with the other run types in
+//! [`messages`](super::messages)), and the headers that let tools read
 //! the reason of any dead-lettered message without parsing its body.
 //!
 //! A dead-letter queue holds three kinds of message:
@@ -12,7 +14,10 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{PROTOCOL_VERSION, ProtocolError, TaskMessage, messages::check_version};
+use super::{
+    PROTOCOL_VERSION, ProtocolError, TaskMessage,
+    messages::{AttemptRecord, check_version},
+};
 
 /// Header with the reason the scheduler dead-lettered a run (a short text).
 pub const REASON_HEADER: &str = "x-chime-reason";
@@ -21,34 +26,6 @@ pub const REASON_HEADER: &str = "x-chime-reason";
 pub const REJECT_REASON_HEADER: &str = "x-chime-reject-reason";
 /// Header with the run id of a dead-lettered task.
 pub const RUN_HEADER: &str = "x-chime-run";
-
-/// What ended one attempt of a run, as kept in its history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AttemptRecord {
-    /// The attempt, from 1.
-    pub attempt: u32,
-    /// What happened: `failed`, `ack_timeout`, `run_timeout`, `delivery_limit`,
-    /// `rejected`, `replayed`, `late_success` / `late_failure` (a result for a run
-    /// already given up), `reply_rejected` (a refused reply, noted), `unpublishable` or
-    /// `misfire_skipped`.
-    pub event: String,
-    /// When the scheduler learnt of it.
-    #[serde(serialize_with = "super::instant::serialize")]
-    pub at: DateTime<Utc>,
-    /// The consumer instance involved, if known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consumer: Option<String>,
-    /// The error reported or the reason for the event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// When the next attempt was scheduled, if the failure was retried after a backoff.
-    #[serde(
-        serialize_with = "super::instant::serialize_option",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub retry_at: Option<DateTime<Utc>>,
-}
 
 /// A run the scheduler gave up on, as published to the dead-letter exchange for its group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -446,6 +446,34 @@ pub struct TaskError {
     pub retry_after_ms: Option<u64>,
 }
 
+/// What ended one attempt of a run, as kept in its history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// What happened: `failed`, `ack_timeout`, `run_timeout`, `delivery_limit`,
+    /// `rejected`, `replayed`, `late_success` / `late_failure` (a result for a run
+    /// already given up), `reply_rejected` (a refused reply, noted), `unpublishable` or
+    /// `misfire_skipped`.
+    pub event: String,
+    /// When the scheduler learnt of it.
+    #[serde(serialize_with = "super::instant::serialize")]
+    pub at: DateTime<Utc>,
+    /// The consumer instance involved, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// The error reported or the reason for the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the next attempt was scheduled, if the failure was retried after a backoff.
+    #[serde(
+        serialize_with = "super::instant::serialize_option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
 /// Largest handler output a result may carry, in bytes of compact JSON.
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// Deepest nesting of a handler output (an array or object counts one level; a scalar

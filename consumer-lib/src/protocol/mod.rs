@@ -12,12 +12,12 @@ pub mod run_id;
 pub mod topic;
 pub mod topology;
 
-pub use dead_letter::{AttemptRecord, DeadLetterMessage};
+pub use dead_letter::DeadLetterMessage;
 pub use messages::{
-    AckMessage, BatchKind, DeliveryMode, HeartbeatMessage, MAX_OBSERVER_PATTERNS, MAX_OUTPUT_BYTES,
-    MAX_OUTPUT_DEPTH, OBSERVE_INTERVAL_MS, OBSERVER_TTL_MS, ObserveMessage, PRESENCE_INTERVAL_MS,
-    PRESENCE_TTL_MS, PresenceMessage, Progress, ProtocolError, Reply, ReplyBatch, ReplyItem,
-    ResultMessage, TaskError, TaskMessage, TaskOutcome,
+    AckMessage, AttemptRecord, BatchKind, DeliveryMode, HeartbeatMessage, MAX_OBSERVER_PATTERNS,
+    MAX_OUTPUT_BYTES, MAX_OUTPUT_DEPTH, OBSERVE_INTERVAL_MS, OBSERVER_TTL_MS, ObserveMessage,
+    PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS, PresenceMessage, Progress, ProtocolError, Reply,
+    ReplyBatch, ReplyItem, ResultMessage, TaskError, TaskMessage, TaskOutcome,
 };
 pub use run_id::{broadcast_idempotency_key, item_run_id, manual_run_id, run_id};
 

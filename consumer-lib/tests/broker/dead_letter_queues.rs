@@ -4,80 +4,23 @@
 
 use chime_consumer::protocol::topology;
 use lapin::{
-    BasicProperties, Channel,
-    options::{
-        BasicGetOptions, BasicNackOptions, BasicPublishOptions, BasicRejectOptions,
-        QueueDeclareOptions,
-    },
+    Channel,
+    options::{BasicGetOptions, BasicNackOptions, QueueDeclareOptions},
     types::{AMQPValue, FieldTable, LongString},
 };
 use uuid::Uuid;
 
 use crate::support::*;
 
-impl Vhost {
-    /// The type RabbitMQ reports for `queue`.
-    fn queue_type(&self, queue: &str) -> String {
-        let listing = rabbitmqctl_output(&[
-            "list_queues",
-            "-q",
-            "--no-table-headers",
-            "-p",
-            self.name(),
-            "name",
-            "type",
-        ])
-        .expect("list queues");
-        listing
-            .lines()
-            .find_map(
-                |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
-                    [name, kind] if name == queue => Some(kind.to_string()),
-                    _ => None,
-                },
-            )
-            .unwrap_or_else(|| panic!("queue {queue} not in {listing:?}"))
-    }
-}
-
 /// Publishes a message into `group`'s work queue, takes it and rejects it without
 /// requeue, so the broker dead-letters it.
-async fn dead_letter_one(channel: &Channel, group: &str) {
-    let queue = topology::group_queue(group);
-    let confirm = channel
-        .basic_publish(
-            "".into(),
-            queue.as_str().into(),
-            BasicPublishOptions {
-                mandatory: true,
-                ..BasicPublishOptions::default()
-            },
-            b"dead",
-            BasicProperties::default().with_delivery_mode(2),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
-    assert!(confirm.take_message().is_none(), "routed");
-    let message = eventually("the message in the work queue", || async {
-        channel
-            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: false })
-            .await
-            .expect("basic.get")
-    })
-    .await;
-    message
-        .delivery
-        .acker
-        .reject(BasicRejectOptions { requeue: false })
-        .await
-        .expect("reject");
+async fn dead_letter_group_task(channel: &Channel, group: &str) {
+    dead_letter_one(channel, &topology::group_queue(group), b"dead", WAIT).await;
 }
 
 #[tokio::test]
 async fn dead_letter_queues_are_classic_and_declaring_twice_is_idempotent() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let group = format!("dlq-{}", Uuid::now_v7().simple());
     let dlq = topology::dead_letter_queue(&topology::group_queue(&group));
     let (connection, channel) = vhost.channel().await;
@@ -93,12 +36,18 @@ async fn dead_letter_queues_are_classic_and_declaring_twice_is_idempotent() {
             .expect("declare a zone");
     }
     assert!(channel.status().connected());
-    assert_eq!(vhost.queue_type(&dlq), "classic");
-    assert_eq!(vhost.queue_type("chime.replies.dlq"), "classic");
-    assert_eq!(vhost.queue_type(&topology::group_queue(&group)), "quorum");
+    assert_eq!(vhost.queue_type(&dlq).as_deref(), Some("classic"));
+    assert_eq!(
+        vhost.queue_type("chime.replies.dlq").as_deref(),
+        Some("classic")
+    );
+    assert_eq!(
+        vhost.queue_type(&topology::group_queue(&group)).as_deref(),
+        Some("quorum")
+    );
 
     // The quorum work queue dead-letters (at least once) into the classic DLQ.
-    dead_letter_one(&channel, &group).await;
+    dead_letter_group_task(&channel, &group).await;
     eventually("the dead letter", || async {
         (queue_state(&channel, &dlq).await.0 == 1).then_some(())
     })
@@ -137,7 +86,7 @@ async fn dead_letter_queues_are_classic_and_declaring_twice_is_idempotent() {
 
 #[tokio::test]
 async fn an_existing_quorum_dead_letter_queue_is_used_as_it_is() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let group = format!("dlq-{}", Uuid::now_v7().simple());
     let dlq = topology::dead_letter_queue(&topology::group_queue(&group));
     let (connection, channel) = vhost.channel().await;
@@ -161,8 +110,8 @@ async fn an_existing_quorum_dead_letter_queue_is_used_as_it_is() {
         .await
         .expect("declare the group over an old quorum DLQ");
     assert!(channel.status().connected());
-    assert_eq!(vhost.queue_type(&dlq), "quorum");
-    dead_letter_one(&channel, &group).await;
+    assert_eq!(vhost.queue_type(&dlq).as_deref(), Some("quorum"));
+    dead_letter_group_task(&channel, &group).await;
     eventually("the dead letter in the old DLQ", || async {
         (queue_state(&channel, &dlq).await.0 == 1).then_some(())
     })

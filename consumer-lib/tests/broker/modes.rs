@@ -8,10 +8,7 @@ use chime_consumer::{
     Consumer, DeliveryMode, Observer, TaskMessage,
     protocol::{Reply, TaskOutcome, broadcast_idempotency_key, topology},
 };
-use lapin::{
-    BasicProperties,
-    options::{BasicGetOptions, BasicPublishOptions},
-};
+use lapin::options::BasicGetOptions;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -19,7 +16,7 @@ use crate::support::*;
 
 #[tokio::test]
 async fn a_zone_consumer_takes_its_zone_and_its_group_work() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let mut replies = Replies::open(&vhost).await;
     let (seen, mut ran) = mpsc::unbounded_channel();
     let consumer = Running::consumer(
@@ -73,7 +70,7 @@ async fn a_zone_consumer_takes_its_zone_and_its_group_work() {
 
 #[tokio::test]
 async fn every_broadcast_subscriber_runs_a_broadcast_once() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let mut replies = Replies::open(&vhost).await;
     let (seen, mut ran) = mpsc::unbounded_channel();
     let consumers: Vec<_> = ["b-1", "b-2"]
@@ -162,7 +159,7 @@ async fn every_broadcast_subscriber_runs_a_broadcast_once() {
 
 #[tokio::test]
 async fn an_observer_registers_and_gets_matching_copies() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let (connection, channel) = vhost.channel().await;
     topology::declare_replies(&connection, &channel)
         .await
@@ -182,7 +179,7 @@ async fn an_observer_registers_and_gets_matching_copies() {
         .expect("valid observer");
     let queue = observer.queue();
     let observer = Running::spawn(|shutdown| observer.run_until(shutdown));
-    wait_for_consumer(&vhost, &queue).await;
+    vhost.wait_for_consumer(&queue).await;
 
     let other = task("other", "refresh", "web");
     let key = topology::topic_routing_key(&other.app, &other.job);
@@ -242,7 +239,7 @@ async fn an_observer_registers_and_gets_matching_copies() {
 
 #[tokio::test]
 async fn presence_carries_zone_and_broadcast() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let mut replies = Replies::open(&vhost).await;
     let (seen, _ran) = mpsc::unbounded_channel();
     let subscribed = Running::consumer(
@@ -272,7 +269,7 @@ async fn presence_carries_zone_and_broadcast() {
 #[tokio::test]
 async fn a_busy_consumer_batches_its_replies_and_can_be_told_not_to() {
     const TASKS: usize = 300;
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let mut replies = Replies::open(&vhost).await;
     let (_connection, channel) = vhost.channel().await;
     for (group, batch) in [("batched", true), ("single", false)] {
@@ -292,24 +289,18 @@ async fn a_busy_consumer_batches_its_replies_and_can_be_told_not_to() {
         let tasks: Vec<TaskMessage> = (0..TASKS).map(|_| task("shop", "burst", group)).collect();
         let mut confirms = Vec::new();
         for task in &tasks {
-            let confirm = channel
-                .basic_publish(
-                    topology::TASK_EXCHANGE.into(),
-                    group.into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..BasicPublishOptions::default()
-                    },
-                    &task.to_vec(),
-                    BasicProperties::default().with_delivery_mode(2),
-                )
-                .await
-                .expect("publish");
+            let confirm = chime_testkit::publish::start(
+                &channel,
+                topology::TASK_EXCHANGE,
+                group,
+                &task.to_vec(),
+                None,
+            )
+            .await;
             confirms.push(confirm);
         }
         for confirm in confirms {
-            let confirm = confirm.await.expect("confirm");
-            assert!(confirm.is_ack() && confirm.take_message().is_none());
+            assert!(chime_testkit::publish::confirmed(confirm).await);
         }
         let results_of = |seen: &[Reply]| {
             seen.iter()

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::support::*;
 
 /// A fresh group with its work queue declared; returns the group and its queue.
-async fn group_with_queue(vhost: &Vhost) -> (String, String) {
+async fn group_with_queue(vhost: &TestVhost) -> (String, String) {
     let group = format!("settle-{}", Uuid::now_v7().simple());
     let (connection, channel) = vhost.channel().await;
     topology::declare_group(&connection, &channel, &group)
@@ -25,7 +25,7 @@ async fn group_with_queue(vhost: &Vhost) -> (String, String) {
 }
 
 /// Publishes `n` tasks of `job` for `group` and returns their ids.
-async fn publish_tasks(vhost: &Vhost, group: &str, job: &str, n: usize) -> BTreeSet<Uuid> {
+async fn publish_tasks(vhost: &TestVhost, group: &str, job: &str, n: usize) -> BTreeSet<Uuid> {
     let (connection, channel) = vhost.channel().await;
     let mut ids = BTreeSet::new();
     for _ in 0..n {
@@ -52,7 +52,7 @@ async fn receive_runs(n: usize, ran: &mut mpsc::UnboundedReceiver<TaskContext>) 
 }
 
 /// Waits until `queue` holds exactly `ready` ready and `unacked` unacknowledged messages.
-async fn wait_for_counts(vhost: &Vhost, queue: &str, ready: u64, unacked: u64) {
+async fn wait_for_counts(vhost: &TestVhost, queue: &str, ready: u64, unacked: u64) {
     eventually(
         &format!("{queue} to hold {ready} ready and {unacked} unacked"),
         || async { (vhost.ready_and_unacked(queue) == (ready, unacked)).then_some(()) },
@@ -90,7 +90,7 @@ async fn a_busy_consumer_acks_many_deliveries_with_one_frame() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _recording = metrics::set_default_local_recorder(&recorder);
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let (group, queue) = group_with_queue(&vhost).await;
     let published = publish_tasks(&vhost, &group, "tick", 300).await;
 
@@ -116,7 +116,7 @@ async fn a_busy_consumer_acks_many_deliveries_with_one_frame() {
 
 #[tokio::test]
 async fn acks_behind_a_long_task_reach_the_broker_while_it_runs() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let (group, queue) = group_with_queue(&vhost).await;
     let (release, released) = watch::channel(false);
     let (seen, mut ran) = mpsc::unbounded_channel::<TaskContext>();
@@ -157,7 +157,7 @@ async fn acks_behind_a_long_task_reach_the_broker_while_it_runs() {
 
 #[tokio::test]
 async fn a_malformed_task_among_acked_ones_is_dead_lettered() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let (group, queue) = group_with_queue(&vhost).await;
     let before = publish_tasks(&vhost, &group, "tick", 5).await;
     let (connection, channel) = vhost.channel().await;
@@ -180,7 +180,7 @@ async fn a_malformed_task_among_acked_ones_is_dead_lettered() {
 
 #[tokio::test]
 async fn a_drain_sends_the_waiting_acks_before_closing() {
-    let vhost = Vhost::new();
+    let vhost = fresh_vhost();
     let (group, queue) = group_with_queue(&vhost).await;
     let published = publish_tasks(&vhost, &group, "tick", 50).await;
     let (seen, mut ran) = mpsc::unbounded_channel();

@@ -1,163 +1,37 @@
-//! Fixtures for the broker tests: a virtual host per test, publishing, reading replies as
-//! the scheduler would, running consumers in the background, and polling queue state.
+//! Fixtures for the broker tests on top of the shared test kit (vhosts, confirmed
+//! publishing, waits, queue state): reading replies as the scheduler would, running
+//! consumers in the background, and a recording handler.
 
-use std::{future::Future, pin::Pin, process::Command, time::Duration};
+use std::{future::Future, pin::Pin, time::Duration};
 
 use chime_consumer::{
     ConsumerBuilder, Handler, HandlerResult, TaskContext, TaskMessage,
     protocol::{PresenceMessage, Reply, topology},
     testing::TaskBuilder,
 };
-use futures_util::StreamExt;
-use lapin::{
-    BasicProperties, Channel, Connection, ConnectionProperties,
-    options::{
-        BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
-    },
-    types::FieldTable,
+pub use chime_testkit::{
+    TestVhost,
+    publish::publish,
+    queue::{dead_letter_one, queue_state},
+    wait::{WAIT, eventually, receive},
 };
+use futures_util::StreamExt;
+use lapin::{Connection, options::BasicConsumeOptions, types::FieldTable};
 use serde_json::json;
 use tokio::{
     sync::{mpsc, oneshot},
     task::JoinHandle,
 };
 
-/// How long any one condition may take before the test fails.
-pub const WAIT: Duration = Duration::from_secs(10);
-
-// ---------------------------------------------------------------------------------------
-
-/// A virtual host for one test, deleted on drop.
-pub struct Vhost {
-    name: String,
-}
-
-impl Vhost {
-    pub fn new() -> Self {
-        if std::env::var_os("TEST_LOG").is_some() {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter("debug")
-                .try_init();
-        }
-        let name = format!("chime-modes-{}", uuid::Uuid::now_v7().simple());
-        let created = rabbitmqctl(&["add_vhost", &name]).and_then(|()| {
-            rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"])
-        });
-        if let Err(error) = created {
-            panic!(
-                "RabbitMQ is required for this test: {error}. Start it with deploy/local/rabbitmq.sh; \
-                 set CHIME_RABBITMQCTL=\"sudo rabbitmqctl\" if rabbitmqctl needs root."
-            );
-        }
-        Self { name }
+/// A virtual host for one test (deleted on drop); with `TEST_LOG` set, the library's logs
+/// go to the test's stderr.
+pub fn fresh_vhost() -> TestVhost {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("debug")
+            .try_init();
     }
-
-    /// The vhost's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn amqp_url(&self) -> String {
-        let addr =
-            std::env::var("CHIME_TEST_AMQP_ADDR").unwrap_or_else(|_| "127.0.0.1:5672".into());
-        format!("amqp://guest:guest@{addr}/{}", self.name)
-    }
-
-    /// A connection and a channel with publisher confirms.
-    pub async fn channel(&self) -> (Connection, Channel) {
-        let connection = Connection::connect(&self.amqp_url(), ConnectionProperties::default())
-            .await
-            .expect("connect to the test vhost");
-        let channel = connection.create_channel().await.expect("open a channel");
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .expect("confirm mode");
-        (connection, channel)
-    }
-}
-
-impl Vhost {
-    /// `queue`'s messages ready and delivered but unacknowledged, as the broker counts
-    /// them.
-    pub fn ready_and_unacked(&self, queue: &str) -> (u64, u64) {
-        let listing = rabbitmqctl_output(&[
-            "list_queues",
-            "-q",
-            "--no-table-headers",
-            "-p",
-            &self.name,
-            "name",
-            "messages_ready",
-            "messages_unacknowledged",
-        ])
-        .expect("list queues");
-        listing
-            .lines()
-            .find_map(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                match fields.as_slice() {
-                    [name, ready, unacked] if *name == queue => {
-                        Some((ready.parse().ok()?, unacked.parse().ok()?))
-                    }
-                    _ => None,
-                }
-            })
-            .unwrap_or_else(|| panic!("queue {queue} not in {listing:?}"))
-    }
-}
-
-impl Drop for Vhost {
-    fn drop(&mut self) {
-        let _ = rabbitmqctl(&["delete_vhost", &self.name]);
-    }
-}
-
-pub fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
-    rabbitmqctl_output(args).map(|_| ())
-}
-
-/// Runs `rabbitmqctl` (or `CHIME_RABBITMQCTL`) and returns its standard output.
-pub fn rabbitmqctl_output(args: &[&str]) -> Result<String, String> {
-    let command = std::env::var("CHIME_RABBITMQCTL").unwrap_or_else(|_| "rabbitmqctl".into());
-    let mut words = command.split_whitespace();
-    let program = words.next().expect("a rabbitmqctl command");
-    let output = Command::new(program)
-        .args(words)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {command}: {e}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{command} {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
-}
-
-/// Publishes `body` persistently with `mandatory` set and returns whether it reached a
-/// queue.
-pub async fn publish(channel: &Channel, exchange: &str, routing_key: &str, body: &[u8]) -> bool {
-    let confirm = channel
-        .basic_publish(
-            exchange.into(),
-            routing_key.into(),
-            BasicPublishOptions {
-                mandatory: true,
-                ..BasicPublishOptions::default()
-            },
-            body,
-            BasicProperties::default().with_delivery_mode(2),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
-    assert!(confirm.is_ack(), "broker nacked the publish");
-    confirm.take_message().is_none()
+    TestVhost::new()
 }
 
 /// Everything published to `chime.replies`, read by the test as the scheduler would.
@@ -170,7 +44,7 @@ pub struct Replies {
 }
 
 impl Replies {
-    pub async fn open(vhost: &Vhost) -> Self {
+    pub async fn open(vhost: &TestVhost) -> Self {
         let (connection, channel) = vhost.channel().await;
         topology::declare_replies(&connection, &channel)
             .await
@@ -282,71 +156,10 @@ pub fn recording(seen: mpsc::UnboundedSender<TaskContext>) -> impl Handler {
     }
 }
 
-pub async fn receive<T>(what: &str, rx: &mut mpsc::UnboundedReceiver<T>) -> T {
-    tokio::time::timeout(WAIT, rx.recv())
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {WAIT:?} waiting for {what}"))
-        .expect("sender alive")
-}
-
 pub fn task(app: &str, job: &str, group: &str) -> TaskMessage {
     TaskBuilder::new(job)
         .app(app)
         .group(group)
         .payload(json!({"n": 1}))
         .build()
-}
-
-/// Polls `attempt` until it returns something.
-pub async fn eventually<T, F, Fut>(what: &str, mut attempt: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(found) = attempt().await {
-            return found;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// `queue` as the broker has it. A missing queue closes the channel this ran on.
-async fn declare_passive(channel: &Channel, queue: &str) -> lapin::Result<lapin::Queue> {
-    channel
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-}
-
-/// Messages ready in `queue` and its consumers (the queue must exist).
-pub async fn queue_state(channel: &Channel, queue: &str) -> (u32, u32) {
-    let declared = declare_passive(channel, queue)
-        .await
-        .unwrap_or_else(|e| panic!("queue {queue} should exist: {e}"));
-    (declared.message_count(), declared.consumer_count())
-}
-
-/// Waits until `queue` exists and has a consumer. Each probe uses its own channel: a
-/// passive declare of a missing queue closes the channel it ran on.
-pub async fn wait_for_consumer(vhost: &Vhost, queue: &str) {
-    let (connection, _) = vhost.channel().await;
-    eventually(&format!("a consumer on {queue}"), || async {
-        let channel = connection.create_channel().await.expect("open a channel");
-        let declared = declare_passive(&channel, queue).await.ok()?;
-        let _ = channel.close(200, "probe done".into()).await;
-        (declared.consumer_count() > 0).then_some(())
-    })
-    .await;
 }

@@ -244,8 +244,8 @@ pub async fn run_all(
             .for_each(|(_, secs)| *secs = seconds);
         sizes.steady_search.1 = seconds;
     }
-    let postgres = std::env::var(chime_scheduler::store::testing::POSTGRES_URL_ENV)
-        .unwrap_or_else(|_| chime_scheduler::store::testing::DEFAULT_POSTGRES_URL.into());
+    let postgres = std::env::var(chime_testkit::database::POSTGRES_URL_ENV)
+        .unwrap_or_else(|_| chime_testkit::database::DEFAULT_POSTGRES_URL.into());
     let machine = machine::describe(&postgres).await;
     eprintln!("[bench] {}", machine["summary"].as_str().unwrap_or("?"));
     let mut ceilings = Ceilings::default();

@@ -13,7 +13,7 @@ use chime_consumer::protocol::{
     TaskOutcome, topology,
 };
 use chime_tests::{
-    TestConsumer,
+    JobSpec, TestConsumer,
     api::{metric, metric_total},
     wait,
 };
@@ -30,13 +30,11 @@ use sqlx::{Connection, SqliteConnection};
 use crate::support::{Setup, StoreKind, every_second};
 
 fn hourly(name: &str, group: &str, extra: Value) -> Value {
-    let mut job = json!({
-        "app": "e2e", "name": name, "schedule": {"every": "1h"}, "target": {"group": group},
-    });
-    for (k, v) in extra.as_object().expect("an object") {
-        job[k] = v.clone();
-    }
-    job
+    JobSpec::new("e2e", name)
+        .every("1h")
+        .group(group)
+        .merge(&extra)
+        .build()
 }
 
 fn time(v: &Value) -> DateTime<Utc> {

@@ -6,13 +6,10 @@
 
 use std::time::Duration;
 
+use chime_testkit::queue;
 use chime_tests::{TestVhost, wait};
 use lapin::{
-    BasicProperties,
-    options::{
-        BasicGetOptions, BasicNackOptions, BasicPublishOptions, BasicRejectOptions,
-        QueueDeclareOptions,
-    },
+    options::{BasicGetOptions, BasicNackOptions, QueueDeclareOptions},
     types::{AMQPValue, FieldTable, LongString},
 };
 use reqwest::{Method, StatusCode};
@@ -37,35 +34,7 @@ async fn create_job(s: &Setup, group: &str) {
 async fn dead_letter_one(vhost: &TestVhost, group: &str, body: &[u8]) {
     let queue = format!("chime.group.{group}");
     let (connection, channel) = vhost.channel().await;
-    let confirm = channel
-        .basic_publish(
-            "".into(),
-            queue.as_str().into(),
-            BasicPublishOptions {
-                mandatory: true,
-                ..BasicPublishOptions::default()
-            },
-            body,
-            BasicProperties::default().with_delivery_mode(2),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
-    assert!(confirm.take_message().is_none(), "the work queue exists");
-    let message = wait::until("the task in the work queue", WAIT, || async {
-        channel
-            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: false })
-            .await
-            .expect("basic.get")
-    })
-    .await;
-    message
-        .delivery
-        .acker
-        .reject(BasicRejectOptions { requeue: false })
-        .await
-        .expect("reject");
+    queue::dead_letter_one(&channel, &queue, body, WAIT).await;
     let _ = connection.close(200, "done".into()).await;
 }
 

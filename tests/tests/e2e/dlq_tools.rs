@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use chime_consumer::protocol::{TaskMessage, topology};
+use chime_testkit::publish;
 use chime_tests::{TestConsumer, TestVhost, api::metric, wait};
 use chrono::Utc;
 use lapin::{
-    BasicProperties,
-    options::{BasicPublishOptions, QueueDeclareOptions},
+    options::QueueDeclareOptions,
     types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString},
 };
 use reqwest::{Method, StatusCode};
@@ -79,24 +79,7 @@ fn forged_death(routing_key: &str) -> FieldTable {
 /// Puts `body` straight into `queue` (through the default exchange) with `headers`.
 async fn put(vhost: &TestVhost, queue: &str, body: &[u8], headers: FieldTable) {
     let (connection, channel) = vhost.channel().await;
-    let confirm = channel
-        .basic_publish(
-            "".into(),
-            queue.into(),
-            BasicPublishOptions {
-                mandatory: true,
-                ..BasicPublishOptions::default()
-            },
-            body,
-            BasicProperties::default()
-                .with_delivery_mode(2)
-                .with_headers(headers),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
-    assert!(confirm.is_ack() && confirm.take_message().is_none());
+    assert!(publish::publish_with_headers(&channel, "", queue, body, headers).await);
     let _ = connection.close(200, "done".into()).await;
 }
 

@@ -114,7 +114,7 @@ async fn broker_connections_cut_under_load() {
 /// scenario's database on it.
 async fn admin_of(s: &Setup) -> (sqlx::PgConnection, String) {
     let admin_url = std::env::var("CHIME_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| chime_scheduler::store::testing::DEFAULT_POSTGRES_URL.into());
+        .unwrap_or_else(|_| chime_testkit::database::DEFAULT_POSTGRES_URL.into());
     let admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
     let database = s.db.url().rsplit('/').next().unwrap().to_string();
     (admin, database)

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use chime_tests::{TestConsumer, api::metric, wait};
+use chime_tests::{JobSpec, TestConsumer, api::metric, wait};
 use chrono::{DateTime, Utc};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -16,13 +16,11 @@ use serde_json::{Value, json};
 use crate::support::{Setup, StoreKind};
 
 fn every_second(name: &str, target: Value, extra: Value) -> Value {
-    let mut job = json!({
-        "app": "e2e", "name": name, "schedule": {"every": "1s"}, "target": target,
-    });
-    for (k, v) in extra.as_object().expect("an object") {
-        job[k] = v.clone();
-    }
-    job
+    JobSpec::new("e2e", name)
+        .every("1s")
+        .target(target)
+        .merge(&extra)
+        .build()
 }
 
 fn id(v: &Value) -> String {

@@ -1,6 +1,6 @@
 //! Shared set-up: a vhost, a store of the chosen kind and a chimed over them.
 
-use chime_tests::{Chimed, TestDatabase, TestVhost, chimed::ChimedConfig};
+use chime_tests::{Chimed, JobSpec, TestDatabase, TestVhost, chimed::ChimedConfig};
 
 /// Which store a scenario runs on.
 #[derive(Debug, Clone, Copy)]
@@ -58,10 +58,9 @@ macro_rules! per_store {
 
 /// A job body with every-second cron firing for `group`.
 pub fn every_second(name: &str, group: &str, payload: serde_json::Value) -> serde_json::Value {
-    serde_json::json!({
-        "app": "e2e", "name": name,
-        "schedule": {"cron": "* * * * * *"},
-        "target": {"group": group},
-        "payload": payload,
-    })
+    JobSpec::new("e2e", name)
+        .cron("* * * * * *")
+        .group(group)
+        .payload(payload)
+        .build()
 }

@@ -1,10 +1,10 @@
 //! RabbitMQ's name limits applied to Chime's topology: every queue name, exchange name,
 //! routing key and binding key is an AMQP short string of at most
 //! [`MAX_SHORT_STRING`] bytes. The checks here derive each name with the same function
-//! that builds it (see the parent module) and measure it, so what they accept always fits
+//! that builds it (see [`super::names`](mod@super::names)) and measure it, so what they accept always fits
 //! and the broker never sees (and lapin never panics on) a name that does not.
 //!
-//! The rule for users: each name keeps its own limit ([`MAX_NAME_LEN`] bytes), and names
+//! The rule for users: each name keeps its own limit ([`MAX_NAME_LEN`](super::MAX_NAME_LEN) bytes), and names
 //! that are joined into one broker name share its 255 bytes:
 //!
 //! | names | joined into | combined limit |
@@ -18,14 +18,12 @@ use std::fmt;
 
 use lapin::types::ShortString;
 
-use super::{
-    DeliveryMode, TaskMessage, dead_letter_queue, group_queue, instance_queue, is_valid_instance,
+use super::names::{
+    MAX_SHORT_STRING, dead_letter_queue, group_queue, instance_queue, is_valid_instance,
     is_valid_name, observer_queue, task_queue, task_route, topic_routing_key, zone_queue,
     zone_routing_key,
 };
-
-/// Most bytes of an AMQP short string: a queue name, exchange name, routing or binding key.
-pub const MAX_SHORT_STRING: usize = 255;
+use crate::protocol::{DeliveryMode, TaskMessage};
 
 /// Which input a name check blames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

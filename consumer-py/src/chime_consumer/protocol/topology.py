@@ -1,6 +1,6 @@
 """RabbitMQ topology: every exchange and queue name Chime uses, the arguments each queue
 is declared with, and the functions that declare them. Mirrors
-``consumer-lib/src/protocol/topology.rs`` exactly: RabbitMQ closes the channel with
+``consumer-lib/src/protocol/topology/`` exactly: RabbitMQ closes the channel with
 ``PRECONDITION_FAILED`` when two declarations of a queue differ, so a Python consumer
 and the Rust library must declare the same queues with the same arguments (the broker
 tests declare both ways round).

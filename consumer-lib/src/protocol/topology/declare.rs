@@ -1,0 +1,333 @@
+//! Declaring Chime's topology on a broker: the exchanges, each kind of queue with its
+//! dead-letter queue and bindings, and the check for a queue that already exists. The only
+//! part of the topology that does I/O; names come from [`super::names`](mod@super::names)
+//! and arguments from [`super::arguments`](mod@super::arguments).
+
+use lapin::{
+    Channel, Connection, ExchangeKind,
+    options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions},
+    protocol::{AMQPErrorKind, AMQPSoftError},
+    types::FieldTable,
+};
+
+use super::{
+    arguments::{
+        dead_letter_notices_arguments, dead_letter_queue_arguments, instance_queue_arguments,
+        work_queue_arguments, zone_queue_arguments,
+    },
+    limits::short_string,
+    names::{
+        BROADCAST_EXCHANGE, DEAD_LETTER_EXCHANGE, DEAD_LETTER_NOTICES, REPLY_EXCHANGE, REPLY_QUEUE,
+        REPLY_ROUTING_KEY, TASK_EXCHANGE, TOPIC_EXCHANGE, dead_letter_queue, group_queue,
+        instance_queue, observer_queue, zone_queue, zone_routing_key,
+    },
+};
+use crate::protocol::{DeliveryMode, TaskMessage};
+
+/// Declares what `task` is published into: its work queue (a group's or a zone's, with
+/// the group's dead-letter queue), or for a broadcast just the exchanges. Idempotent.
+pub async fn declare_task_destination(
+    connection: &Connection,
+    channel: &Channel,
+    task: &TaskMessage,
+) -> Result<(), lapin::Error> {
+    match (task.mode, task.zone.as_deref()) {
+        (DeliveryMode::Broadcast, _) => declare_exchanges(channel).await,
+        (DeliveryMode::Zone, Some(zone)) => {
+            declare_zone(connection, channel, &task.group, zone).await
+        }
+        _ => declare_group(connection, channel, &task.group).await,
+    }
+}
+
+/// Declares the exchanges every participant needs. Idempotent.
+pub async fn declare_exchanges(channel: &Channel) -> Result<(), lapin::Error> {
+    for (exchange, kind) in [
+        (TASK_EXCHANGE, ExchangeKind::Direct),
+        (REPLY_EXCHANGE, ExchangeKind::Direct),
+        (DEAD_LETTER_EXCHANGE, ExchangeKind::Direct),
+        (BROADCAST_EXCHANGE, ExchangeKind::Direct),
+        (TOPIC_EXCHANGE, ExchangeKind::Topic),
+    ] {
+        channel
+            .exchange_declare(
+                exchange.into(),
+                kind,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Declares group `group`'s work queue bound to [`TASK_EXCHANGE`], and its dead-letter
+/// queue, so tasks wait in RabbitMQ while every consumer of the group is offline.
+/// Declares the exchanges too. Idempotent.
+pub async fn declare_group(
+    connection: &Connection,
+    channel: &Channel,
+    group: &str,
+) -> Result<(), lapin::Error> {
+    declare_exchanges(channel).await?;
+    declare_work_queue(
+        connection,
+        channel,
+        &group_queue(group),
+        TASK_EXCHANGE,
+        group,
+    )
+    .await
+}
+
+/// Declares zone `zone`'s work queue of group `group`, bound to [`TASK_EXCHANGE`] with
+/// [`zone_routing_key`], and the group's dead-letter queue it dead-letters into.
+/// Declares the exchanges too. Idempotent.
+pub async fn declare_zone(
+    connection: &Connection,
+    channel: &Channel,
+    group: &str,
+    zone: &str,
+) -> Result<(), lapin::Error> {
+    declare_exchanges(channel).await?;
+    let group_dlq = dead_letter_queue(&group_queue(group));
+    declare_dead_letter_queue(connection, channel, &group_dlq).await?;
+    let queue = zone_queue(group, zone);
+    channel
+        .queue_declare(
+            short_string(&queue)?,
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            zone_queue_arguments(group),
+        )
+        .await?;
+    channel
+        .queue_bind(
+            short_string(&queue)?,
+            TASK_EXCHANGE.into(),
+            short_string(&zone_routing_key(group, zone))?,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+}
+
+/// Declares instance `instance`'s broadcast queue of group `group`: exclusive to this
+/// connection (RabbitMQ deletes it when the instance goes away, so fires published
+/// meanwhile are not kept for it) and bound to [`BROADCAST_EXCHANGE`] with the group.
+/// Declares the exchanges and the group's dead-letter queue too. Returns the queue name.
+pub async fn declare_instance_queue(
+    connection: &Connection,
+    channel: &Channel,
+    group: &str,
+    instance: &str,
+) -> Result<String, lapin::Error> {
+    declare_exchanges(channel).await?;
+    declare_dead_letter_queue(connection, channel, &dead_letter_queue(&group_queue(group))).await?;
+    let queue = instance_queue(group, instance);
+    channel
+        .queue_declare(
+            short_string(&queue)?,
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..QueueDeclareOptions::default()
+            },
+            instance_queue_arguments(group),
+        )
+        .await?;
+    channel
+        .queue_bind(
+            short_string(&queue)?,
+            BROADCAST_EXCHANGE.into(),
+            short_string(group)?,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(queue)
+}
+
+/// Declares observer `name`'s durable queue (with its own dead-letter queue) and binds it
+/// to [`TOPIC_EXCHANGE`] with each of `patterns` (topic patterns over `<app>.<job>`).
+/// Copies wait in it while the observer is offline. Returns the queue name.
+pub async fn declare_observer(
+    connection: &Connection,
+    channel: &Channel,
+    name: &str,
+    patterns: &[String],
+) -> Result<String, lapin::Error> {
+    declare_exchanges(channel).await?;
+    let queue = observer_queue(name);
+    let mut patterns = patterns.iter();
+    let Some(first) = patterns.next() else {
+        return Ok(queue);
+    };
+    declare_work_queue(connection, channel, &queue, TOPIC_EXCHANGE, first).await?;
+    for pattern in patterns {
+        channel
+            .queue_bind(
+                short_string(&queue)?,
+                TOPIC_EXCHANGE.into(),
+                short_string(pattern)?,
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok(queue)
+}
+
+/// Declares the scheduler's [`DEAD_LETTER_NOTICES`] queue and binds it to `group`'s dead
+/// letters. Idempotent.
+pub async fn declare_dead_letter_notices(
+    channel: &Channel,
+    group: Option<&str>,
+) -> Result<(), lapin::Error> {
+    declare_exchanges(channel).await?;
+    channel
+        .queue_declare(
+            DEAD_LETTER_NOTICES.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            dead_letter_notices_arguments(),
+        )
+        .await?;
+    if let Some(group) = group {
+        channel
+            .queue_bind(
+                DEAD_LETTER_NOTICES.into(),
+                DEAD_LETTER_EXCHANGE.into(),
+                short_string(&dead_letter_queue(&group_queue(group)))?,
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Declares the reply queue bound to [`REPLY_EXCHANGE`] and its dead-letter queue.
+/// Declares the exchanges too. Idempotent.
+pub async fn declare_replies(
+    connection: &Connection,
+    channel: &Channel,
+) -> Result<(), lapin::Error> {
+    declare_exchanges(channel).await?;
+    declare_work_queue(
+        connection,
+        channel,
+        REPLY_QUEUE,
+        REPLY_EXCHANGE,
+        REPLY_ROUTING_KEY,
+    )
+    .await
+}
+
+async fn declare_work_queue(
+    connection: &Connection,
+    channel: &Channel,
+    queue: &str,
+    exchange: &str,
+    routing_key: &str,
+) -> Result<(), lapin::Error> {
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    declare_dead_letter_queue(connection, channel, &dead_letter_queue(queue)).await?;
+    channel
+        .queue_declare(short_string(queue)?, durable, work_queue_arguments(queue))
+        .await?;
+    channel
+        .queue_bind(
+            short_string(queue)?,
+            exchange.into(),
+            short_string(routing_key)?,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Declares dead-letter queue `dlq` on `channel`, bound to [`DEAD_LETTER_EXCHANGE`] by its
+/// own name. A `dlq` that already exists is used as it is, whatever its type (a quorum
+/// dead-letter queue made by an older Chime keeps working); only a missing one is created,
+/// as a durable classic queue ([`dead_letter_queue_arguments`]). Redeclaring an existing
+/// queue with other arguments would close the channel with `PRECONDITION_FAILED`, so the
+/// existence check is a passive declare on a throwaway channel of `connection` (a missing
+/// queue closes that channel only). Two declarers that both find it missing declare the
+/// same arguments. Idempotent.
+pub async fn declare_dead_letter_queue(
+    connection: &Connection,
+    channel: &Channel,
+    dlq: &str,
+) -> Result<(), lapin::Error> {
+    let name = short_string(dlq)?;
+    if !queue_exists(connection, dlq).await? {
+        channel
+            .queue_declare(
+                name.clone(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                dead_letter_queue_arguments(),
+            )
+            .await?;
+    }
+    channel
+        .queue_bind(
+            name.clone(),
+            DEAD_LETTER_EXCHANGE.into(),
+            name,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+}
+
+/// Whether `queue` exists, asked with a passive declare on a channel of its own.
+async fn queue_exists(connection: &Connection, queue: &str) -> Result<bool, lapin::Error> {
+    let probe = connection.create_channel().await?;
+    let answer = probe
+        .queue_declare(
+            short_string(queue)?,
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    match answer {
+        Ok(_) => {
+            let _ = probe.close(200, "checked".into()).await;
+            Ok(true)
+        }
+        Err(error) if is_not_found(&error) => Ok(false),
+        Err(error) => {
+            let _ = probe.close(200, "checked".into()).await;
+            Err(error)
+        }
+    }
+}
+
+/// Whether the broker answered with 404 NOT_FOUND (it closed the channel), as it answers
+/// a passive declare of a missing queue.
+pub fn is_not_found(error: &lapin::Error) -> bool {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => {
+            amqp.kind() == &AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)
+        }
+        _ => false,
+    }
+}
