@@ -18,7 +18,8 @@ use tracing::{error, info, warn};
 const DLQ_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 use crate::{
-    api::{self, AppState},
+    api::{self, AppParts, AppState},
+    app::{Jobs, Node, Runs},
     broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{DEFAULT_SHARD_COUNT, Membership, Ownership, notices},
     config::Config,
@@ -126,17 +127,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         &config.amqp_url,
         ownership.node(),
     ));
-    let state = AppState::new(
-        backend.clone(),
-        ownership.clone(),
-        config.cluster,
-        timer_handle.clone(),
-        dispatch,
-        GroupDeclarer::new(&config.amqp_url),
-        dead_letters.clone(),
-        config.payload_limit,
+    let state = AppState::new(AppParts {
+        jobs: Arc::new(Jobs::new(
+            store.clone(),
+            ownership.node(),
+            timer_handle.clone(),
+            dispatch.clone(),
+            GroupDeclarer::new(&config.amqp_url),
+        )),
+        runs: Arc::new(Runs::new(store.clone())),
+        dead_letters: dead_letters.clone(),
+        node: Arc::new(Node::new(
+            backend.clone(),
+            ownership.clone(),
+            config.cluster,
+            dispatch,
+        )),
+        payload_limit: config.payload_limit,
         metrics,
-    );
+    });
 
     // Each core task has the token that asks it to stop; a task that ends before being
     // asked (a panic, a bug) trips `fatal`, and chimed shuts down and exits non-zero so an

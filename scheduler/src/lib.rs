@@ -2,6 +2,7 @@
 //!
 //! The Chime scheduler daemon (`chimed`) and CLI (`chimectl`) as a library.
 pub mod api;
+pub mod app;
 pub mod broker;
 pub mod cli;
 pub mod cluster;

@@ -11,9 +11,9 @@ use serde::Deserialize;
 
 pub use super::dto::{DlqItems, PurgeResponse, ReplayRequest};
 use super::{
-    AppState,
     body::{parse_json, read_body},
     error::{ApiError, ErrorCode},
+    state::AppState,
 };
 use crate::dlq::{DlqMessage, DlqSummary, MAX_PEEK, ReplayReport};
 
@@ -32,7 +32,7 @@ pub struct PeekQuery {
 pub(super) async fn list(
     State(state): State<AppState>,
 ) -> Result<Json<DlqItems<DlqSummary>>, ApiError> {
-    let items = state.inner.dead_letters.list(true).await?;
+    let items = state.dead_letters().list(true).await?;
     Ok(Json(DlqItems { items }))
 }
 
@@ -44,7 +44,7 @@ pub(super) async fn peek(
     let Query(query) =
         query.map_err(|e| ApiError::field(ErrorCode::InvalidField, "limit", e.body_text()))?;
     let limit = peek_limit(query.limit)?;
-    let items = state.inner.dead_letters.peek(&queue, limit).await?;
+    let items = state.dead_letters().peek(&queue, limit).await?;
     Ok(Json(DlqItems { items }))
 }
 
@@ -63,8 +63,7 @@ pub(super) async fn replay(
     };
     let limit = replay_limit(request.limit)?;
     let report = state
-        .inner
-        .dead_letters
+        .dead_letters()
         .replay(&queue, request.job.as_deref(), limit, |_| {})
         .await?;
     Ok(Json(report))
@@ -74,7 +73,7 @@ pub(super) async fn purge(
     State(state): State<AppState>,
     Path(queue): Path<String>,
 ) -> Result<Json<PurgeResponse>, ApiError> {
-    let purged = state.inner.dead_letters.purge(&queue).await?;
+    let purged = state.dead_letters().purge(&queue).await?;
     Ok(Json(PurgeResponse { queue, purged }))
 }
 

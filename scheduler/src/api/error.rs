@@ -10,7 +10,12 @@ use axum::{
 use serde::Serialize;
 use tracing::error;
 
-use crate::{dlq::DlqError, domain::FieldError, store::StoreError};
+use crate::{
+    app::{JobsError, RunsError},
+    dlq::DlqError,
+    domain::FieldError,
+    store::StoreError,
+};
 
 /// Machine-readable error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -143,6 +148,11 @@ impl ApiError {
     pub fn job_not_found(id: &str) -> Self {
         Self::new(ErrorCode::NotFound, format!("no job with id {id:?}"))
     }
+
+    /// No run with this id.
+    pub fn run_not_found(id: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("no run with id {id:?}"))
+    }
 }
 
 impl From<FieldError> for ApiError {
@@ -154,19 +164,10 @@ impl From<FieldError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::DuplicateName { app, name } => Self::field(
-                ErrorCode::DuplicateName,
-                "name",
-                format!("a job named {name:?} already exists in app {app:?}"),
-            ),
-            StoreError::JobNotFound(id) => Self::job_not_found(&id.to_string()),
-            StoreError::VersionConflict {
-                expected, current, ..
-            } => Self::field(
-                ErrorCode::VersionConflict,
-                "version",
-                format!("the job is at version {current}, not {expected}: read it again and retry"),
-            ),
+            // The outcomes of job operations, worded once (as the jobs service's).
+            StoreError::DuplicateName { .. }
+            | StoreError::VersionConflict { .. }
+            | StoreError::JobNotFound(_) => JobsError::from(e).into(),
             StoreError::Database(
                 sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
             ) => {
@@ -180,6 +181,39 @@ impl From<StoreError> for ApiError {
                 error!(error = %other, "store failure");
                 Self::internal()
             }
+        }
+    }
+}
+
+impl From<JobsError> for ApiError {
+    fn from(e: JobsError) -> Self {
+        match e {
+            JobsError::NotFound(id) => Self::job_not_found(&id.to_string()),
+            JobsError::Invalid(e) => e.into(),
+            JobsError::DuplicateName { app, name } => Self::field(
+                ErrorCode::DuplicateName,
+                "name",
+                format!("a job named {name:?} already exists in app {app:?}"),
+            ),
+            JobsError::VersionConflict { expected, current } => Self::field(
+                ErrorCode::VersionConflict,
+                "version",
+                format!("the job is at version {current}, not {expected}: read it again and retry"),
+            ),
+            JobsError::NoLiveZone { .. } => Self::new(ErrorCode::Unavailable, e.to_string()),
+            // Logged where the change failed.
+            JobsError::ChangeFailed(_) => Self::internal(),
+            JobsError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<RunsError> for ApiError {
+    fn from(e: RunsError) -> Self {
+        match e {
+            RunsError::RunNotFound(id) => Self::run_not_found(&id.to_string()),
+            RunsError::JobNotFound(id) => Self::job_not_found(&id.to_string()),
+            RunsError::Store(e) => e.into(),
         }
     }
 }

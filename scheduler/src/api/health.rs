@@ -1,8 +1,6 @@
 //! `/healthz` (the process answers), `/readyz` (the database answers and the dispatcher has
 //! a broker channel) and `/metrics` (Prometheus text).
 
-use std::time::Duration;
-
 use axum::{
     Json,
     extract::State,
@@ -11,19 +9,15 @@ use axum::{
 };
 use serde_json::json;
 
-use super::AppState;
+use super::state::AppState;
 
 pub(super) async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
 pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let database = matches!(
-        tokio::time::timeout(Duration::from_secs(2), state.store().ping()).await,
-        Ok(Ok(()))
-    );
-    let broker = state.inner.dispatch.is_connected();
-    let status = if database && broker {
+    let readiness = state.node().readiness().await;
+    let status = if readiness.is_ready() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -33,7 +27,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         status,
         Json(json!({
             "status": if status == StatusCode::OK { "ready" } else { "not_ready" },
-            "checks": {"database": word(database), "broker": word(broker)},
+            "checks": {"database": word(readiness.database), "broker": word(readiness.broker)},
         })),
     )
 }
@@ -41,6 +35,6 @@ pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.inner.metrics.render(),
+        state.metrics().render(),
     )
 }

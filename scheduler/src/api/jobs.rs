@@ -1,6 +1,5 @@
-//! `/v1/jobs`: create, list, read, change, delete, pause, resume and trigger jobs.
-
-use std::future::Future;
+//! `/v1/jobs`: create, list, read, change, delete, pause, resume and trigger jobs. Each
+//! handler parses the request, calls [`crate::app::Jobs`] and shapes the answer.
 
 use axum::{
     Json,
@@ -9,22 +8,16 @@ use axum::{
     http::{HeaderMap, StatusCode, header},
     response::IntoResponse,
 };
-use chrono::{DateTime, Utc};
 use serde_json::Value;
-use tracing::error;
 use uuid::Uuid;
 
 use super::{
-    AppState,
     body::{from_value, parse_json, read_body, read_no_arguments},
     dto::{JobRequest, JobResponse, ListQuery, ListResponse, RunResponse},
     error::{ApiError, ErrorCode},
+    state::AppState,
 };
-use crate::{
-    domain::{Job, JobSpec, LiveZones, RunTrigger, job::reschedules},
-    store::{JobPage, StoreError, live_since, needs_live_zones},
-    telemetry,
-};
+use crate::{domain::Job, store::JobPage};
 
 pub(super) async fn create(
     State(state): State<AppState>,
@@ -32,13 +25,8 @@ pub(super) async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     let bytes = read_body(body, state.body_limit()).await?;
     let request: JobRequest = parse_json(&bytes)?;
-    let now = Utc::now();
-    let spec = request.into_spec(state.inner.payload_limit)?;
-    spec.settings.schedule.check_fires(now)?;
-    let job = Job::new(spec, now);
-    state.store().insert_job(&job).await?;
-    state.inner.timer.job_changed(job.id);
-    state.declare_target(&job).await;
+    let spec = request.into_spec(state.payload_limit())?;
+    let job = state.jobs().create(spec).await?;
     let location = format!("/v1/jobs/{}", job.id);
     Ok((
         StatusCode::CREATED,
@@ -72,8 +60,8 @@ pub(super) async fn list(
         })
         .transpose()?;
     let jobs = state
-        .store()
-        .list_jobs(&JobPage {
+        .jobs()
+        .list(&JobPage {
             app: query.app.clone(),
             after,
             limit,
@@ -92,7 +80,8 @@ pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<JobResponse>, ApiError> {
-    Ok(Json(JobResponse::from(&load(&state, &id).await?)))
+    let job = state.jobs().get(parse_id(&id)?).await?;
+    Ok(Json(JobResponse::from(&job)))
 }
 
 /// Replaces the fields present in the body; the rest keep their values. Read-only fields
@@ -121,51 +110,27 @@ pub(super) async fn patch(
     for read_only in ["id", "next_fire_at", "created_at", "updated_at"] {
         changes.remove(read_only);
     }
-    // Without a version, a concurrent change is not the client's conflict: apply the
-    // patch again over the newer job.
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        let current = load(&state, &id).await?;
-        let mut merged = match serde_json::to_value(JobRequest::from_spec(&current.spec)) {
-            Ok(Value::Object(map)) => map,
-            _ => unreachable!("a job request serialises to an object"),
-        };
-        merged.extend(changes.clone());
-        let request: JobRequest = from_value(Value::Object(merged))?;
-        let spec = request.into_spec(state.inner.payload_limit)?;
-        if spec.settings.schedule != current.spec.settings.schedule {
-            spec.settings.schedule.check_fires(Utc::now())?;
-        }
-        let target_changed = spec.settings.target != current.spec.settings.target;
-        match change(&state, &current, expected.unwrap_or(current.version), spec).await {
-            Ok(stored) => {
-                if target_changed {
-                    state.declare_target(&stored).await;
-                }
-                return Ok(Json(JobResponse::from(&stored)));
-            }
-            Err(error)
-                if error.code == ErrorCode::VersionConflict
-                    && expected.is_none()
-                    && attempts < 3 => {}
-            Err(error) => return Err(error),
-        }
-    }
+    let payload_limit = state.payload_limit();
+    let stored = state
+        .jobs()
+        .update(parse_id(&id)?, expected, |current: &Job| {
+            let mut merged = match serde_json::to_value(JobRequest::from_spec(&current.spec)) {
+                Ok(Value::Object(map)) => map,
+                _ => unreachable!("a job request serialises to an object"),
+            };
+            merged.extend(changes.clone());
+            let request: JobRequest = from_value(Value::Object(merged))?;
+            request.into_spec(payload_limit)
+        })
+        .await?;
+    Ok(Json(JobResponse::from(&stored)))
 }
 
 pub(super) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let uuid = parse_id(&id)?;
-    let deleted = whole_change(&state, uuid, move |state, _since| async move {
-        state.store().delete_job(uuid).await
-    })
-    .await?;
-    if !deleted {
-        return Err(ApiError::job_not_found(&id));
-    }
+    state.jobs().delete(parse_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -175,7 +140,8 @@ pub(super) async fn pause(
     body: Body,
 ) -> Result<Json<JobResponse>, ApiError> {
     read_no_arguments(body, state.body_limit()).await?;
-    set_paused(&state, &id, true).await
+    let job = state.jobs().pause(parse_id(&id)?).await?;
+    Ok(Json(JobResponse::from(&job)))
 }
 
 pub(super) async fn resume(
@@ -184,7 +150,8 @@ pub(super) async fn resume(
     body: Body,
 ) -> Result<Json<JobResponse>, ApiError> {
     read_no_arguments(body, state.body_limit()).await?;
-    set_paused(&state, &id, false).await
+    let job = state.jobs().resume(parse_id(&id)?).await?;
+    Ok(Json(JobResponse::from(&job)))
 }
 
 /// Fires the job now (even when paused), as runs with trigger `manual` (one per item, see
@@ -196,115 +163,14 @@ pub(super) async fn trigger(
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     read_no_arguments(body, state.body_limit()).await?;
-    let job = load(&state, &id).await?;
-    let now = Utc::now();
-    let live = if needs_live_zones(&job) {
-        state.store().live_zones(live_since(now)).await?
-    } else {
-        LiveZones::default()
-    };
-    let mut runs = job.new_runs(now, RunTrigger::Manual, now, &live);
-    if runs.is_empty() {
-        return Err(ApiError::new(
-            ErrorCode::Unavailable,
-            format!(
-                "no zone of group {:?} has live consumers to run the fire",
-                job.spec.settings.target.group
-            ),
-        ));
-    }
-    let mut recorded = Vec::new();
-    for run in &mut runs {
-        run.fired_by = Some(state.inner.ownership.node().to_string());
-        if state.store().insert_run(run).await? {
-            recorded.push(job.task_message(run));
-        }
-    }
-    if !recorded.is_empty() {
-        metrics::counter!(telemetry::FIRES, "trigger" => "manual").increment(1);
-        state.inner.dispatch.submit(recorded);
-    }
-    // As stored: a second trigger in the same millisecond answers the first one's runs.
-    let items = super::runs::fire_items(state.store(), &runs[0]).await?;
-    let first = items
-        .iter()
-        .find(|item| item.id == runs[0].id)
-        .unwrap_or(&runs[0]);
+    let fire = state.jobs().trigger(parse_id(&id)?).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(RunResponse::from(first).with_fire(&items)),
+        Json(RunResponse::from(&fire.run).with_fire(&fire.items)),
     ))
 }
 
-async fn set_paused(
-    state: &AppState,
-    id: &str,
-    paused: bool,
-) -> Result<Json<JobResponse>, ApiError> {
-    let current = load(state, id).await?;
-    if current.spec.paused == paused {
-        return Ok(Json(JobResponse::from(&current)));
-    }
-    let mut spec = current.spec.clone();
-    spec.paused = paused;
-    let stored = change(state, &current, current.version, spec).await?;
-    Ok(Json(JobResponse::from(&stored)))
-}
-
-/// Stores a new definition of `current` and tells the timer and dispatcher.
-async fn change(
-    state: &AppState,
-    current: &Job,
-    expected: i64,
-    spec: JobSpec,
-) -> Result<Job, ApiError> {
-    let set_next_fire = reschedules(&current.spec, &spec);
-    let current = current.clone();
-    whole_change(state, current.id, move |state, since| async move {
-        let updated = current.updated(spec, since);
-        state
-            .store()
-            .update_job(&updated, expected, set_next_fire)
-            .await
-    })
-    .await
-}
-
-/// Runs a change of `job` (`write`, given the change's instant) as a whole, on a task
-/// of its own so that a dropped request cannot stop it halfway. Begun before the
-/// transaction, so this node's dispatcher holds the job's due tasks until the change is
-/// through and fires after its instant are the change's to withdraw; then handed to
-/// the timer, which passes it on to the dispatcher after any fire it recorded before.
-async fn whole_change<T, F, Fut>(state: &AppState, job: Uuid, write: F) -> Result<T, ApiError>
-where
-    T: Send + 'static,
-    F: FnOnce(AppState, DateTime<Utc>) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
-{
-    let state = state.clone();
-    let task = tokio::spawn(async move {
-        let change = state.inner.dispatch.begin_change(job);
-        let written = write(state.clone(), change.since()).await;
-        state.inner.timer.change_done(change);
-        written
-    });
-    match task.await {
-        Ok(written) => Ok(written?),
-        Err(failed) => {
-            error!(error = %failed, %job, "a job change failed");
-            Err(ApiError::internal())
-        }
-    }
-}
-
-async fn load(state: &AppState, id: &str) -> Result<Job, ApiError> {
-    state
-        .store()
-        .get_job(parse_id(id)?)
-        .await?
-        .ok_or_else(|| ApiError::job_not_found(id))
-}
-
+/// A job id from the path; one that is not a UUID names no job.
 fn parse_id(id: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(id).map_err(|_| ApiError::job_not_found(id))
 }

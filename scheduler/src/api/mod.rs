@@ -1,6 +1,7 @@
-//! The HTTP API under `/v1` (jobs and runs), health checks and `/metrics`. Handlers
-//! validate input into domain types, call the store, and tell the timer and dispatcher.
-//! Every error is JSON (see [`error`]).
+//! The HTTP API under `/v1` (jobs, runs, cluster, dead-letter queues), health checks and
+//! `/metrics`. Handlers parse the request, call an application service ([`crate::app`],
+//! [`crate::dlq::DeadLetters`]) and shape the answer; every error is JSON (see [`error`]).
+//! The router and its middleware are here; what the handlers share is [`AppState`].
 
 pub mod body;
 pub mod cluster;
@@ -11,8 +12,9 @@ mod guard;
 mod health;
 mod jobs;
 mod runs;
+mod state;
 
-use std::sync::Arc;
+pub use state::{AppParts, AppState};
 
 use axum::{
     Router,
@@ -20,92 +22,8 @@ use axum::{
     middleware,
     routing::{get, post},
 };
-use metrics_exporter_prometheus::PrometheusHandle;
-use tracing::warn;
 
-use crate::{
-    broker::GroupDeclarer,
-    cluster::{ClusterSettings, Ownership},
-    dispatch::DispatchHandle,
-    dlq::DeadLetters,
-    domain::Job,
-    store::{Backend, Store},
-    timer::TimerHandle,
-};
 use error::{ApiError, ErrorCode};
-
-/// What the handlers share.
-#[derive(Clone)]
-pub struct AppState {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    backend: Backend,
-    store: Arc<dyn Store>,
-    ownership: Ownership,
-    cluster: ClusterSettings,
-    timer: TimerHandle,
-    dispatch: DispatchHandle,
-    declarer: GroupDeclarer,
-    dead_letters: Arc<DeadLetters>,
-    payload_limit: usize,
-    metrics: PrometheusHandle,
-}
-
-impl AppState {
-    /// State over a store and this node's shard ownership and lease settings, the timer
-    /// and dispatcher handles, a queue declarer, the DLQ operations, the payload limit
-    /// (bytes of JSON) and the metrics recorder to render.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        backend: Backend,
-        ownership: Ownership,
-        cluster: ClusterSettings,
-        timer: TimerHandle,
-        dispatch: DispatchHandle,
-        declarer: GroupDeclarer,
-        dead_letters: Arc<DeadLetters>,
-        payload_limit: usize,
-        metrics: PrometheusHandle,
-    ) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                store: backend.store(),
-                backend,
-                ownership,
-                cluster,
-                timer,
-                dispatch,
-                declarer,
-                dead_letters,
-                payload_limit,
-                metrics,
-            }),
-        }
-    }
-
-    fn store(&self) -> &dyn Store {
-        self.inner.store.as_ref()
-    }
-
-    /// The largest request body: the payload limit plus room for the other fields.
-    fn body_limit(&self) -> usize {
-        self.inner.payload_limit * 2 + 64 * 1024
-    }
-
-    /// Declares the job's work queue so its tasks wait in RabbitMQ while no consumer runs.
-    /// A broker outage does not fail the request: the dispatcher declares again before the
-    /// first publish.
-    async fn declare_target(&self, job: &Job) {
-        let target = &job.spec.settings.target;
-        let group = &target.group;
-        let zones = target.zones.as_deref().unwrap_or_default();
-        if let Err(error) = self.inner.declarer.declare(group, zones).await {
-            warn!(%error, group, job = %job.id, "could not declare the job's queue now; the dispatcher will");
-        }
-    }
-}
 
 /// The API router.
 pub fn router(state: AppState) -> Router {

@@ -1,0 +1,325 @@
+//! [`Jobs`]: every operation on jobs — create, read, list, update, delete, pause, resume
+//! and trigger. The HTTP API (and through it `chimectl` and the console) calls these and
+//! nothing below them, so a rule about jobs (a permission, an audit entry, a quota) is
+//! written once, here.
+//!
+//! # The job-change protocol
+//!
+//! A change of a stored job (an update, a pause or resume, a delete) runs one protocol,
+//! written once, in [`Jobs::whole_change`]:
+//!
+//! 1. **Begin** the change with the dispatcher ([`DispatchHandle::begin_change`]) before
+//!    the transaction. From then on this node's dispatcher holds the job's due tasks
+//!    back, and the change's instant ([`ChangeGuard::since`]) splits the job's fires:
+//!    those up to it may already be published, those after it are the change's to
+//!    withdraw (see [`crate::dispatch`]'s `changes` module for why this fence is needed).
+//! 2. **Write** the change to the store, as of that instant (the store deletes the
+//!    `scheduled` runs of withdrawn fires and, when the schedule changed or the job
+//!    resumed, rewinds the next fire).
+//! 3. **Hand the guard to the timer** ([`TimerHandle::change_done`]), committed or not:
+//!    the timer reloads the job and passes the guard on to the dispatcher after any fire
+//!    it recorded before hearing of the change, so those tasks are checked too.
+//! 4. The dispatcher marks the job's waiting tasks to be checked against the store and
+//!    **lifts the guard**; tasks whose runs were withdrawn are dropped there. A guard
+//!    dropped on any other path goes to the dispatcher directly, so no change is ever
+//!    left in progress.
+//!
+//! The whole protocol runs on a task of its own, so a request dropped halfway (a client
+//! that disconnects) cannot stop a change between its steps. Creating a job needs no
+//! fence (it has no armed fires yet): the timer is told, and the job's queues declared.
+//!
+//! A manual trigger is not a change: it records the fire's runs (stamped `fired_by` this
+//! node) and submits their tasks to the dispatcher.
+
+use std::{future::Future, sync::Arc};
+
+use chrono::{DateTime, Utc};
+use tracing::{error, warn};
+use uuid::Uuid;
+
+use super::runs::{Fire, fire_items};
+use crate::{
+    broker::GroupDeclarer,
+    dispatch::{ChangeGuard, DispatchHandle},
+    domain::{FieldError, Job, JobSpec, LiveZones, RunTrigger, job::reschedules},
+    store::{JobPage, Store, StoreError, live_since, needs_live_zones},
+    telemetry,
+    timer::TimerHandle,
+};
+
+/// How many times an update without an expected version is tried when other changes
+/// keep landing between its read and its write.
+const UPDATE_ATTEMPTS: u32 = 3;
+
+/// Why a job operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JobsError {
+    /// No job has this id.
+    #[error("no job with id {0}")]
+    NotFound(Uuid),
+    /// The job definition is invalid (for example a cron expression that never fires).
+    #[error(transparent)]
+    Invalid(#[from] FieldError),
+    /// Another job has this app and name.
+    #[error("a job named {name:?} already exists in app {app:?}")]
+    DuplicateName {
+        /// The app.
+        app: String,
+        /// The name.
+        name: String,
+    },
+    /// The job changed since the version the caller named.
+    #[error("the job is at version {current}, not {expected}")]
+    VersionConflict {
+        /// The version the caller named.
+        expected: i64,
+        /// The stored version.
+        current: i64,
+    },
+    /// A zone job without its own zones has no zone with live consumers to fire in.
+    #[error("no zone of group {group:?} has live consumers to run the fire")]
+    NoLiveZone {
+        /// The job's group.
+        group: String,
+    },
+    /// The task carrying a change ended without an outcome (it panicked).
+    #[error("the job change failed: {0}")]
+    ChangeFailed(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for JobsError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::DuplicateName { app, name } => Self::DuplicateName { app, name },
+            StoreError::VersionConflict {
+                expected, current, ..
+            } => Self::VersionConflict { expected, current },
+            StoreError::JobNotFound(id) => Self::NotFound(id),
+            other => Self::Store(other),
+        }
+    }
+}
+
+/// The operations on jobs. Cheap to share.
+pub struct Jobs {
+    store: Arc<dyn Store>,
+    /// This node's id, stamped as `fired_by` on manually triggered runs.
+    node: String,
+    timer: TimerHandle,
+    dispatch: DispatchHandle,
+    declarer: GroupDeclarer,
+}
+
+impl Jobs {
+    /// Jobs kept in `store`, on node `node`, whose changes go to this node's `timer` and
+    /// `dispatch`er, and whose queues `declarer` declares.
+    pub fn new(
+        store: Arc<dyn Store>,
+        node: impl Into<String>,
+        timer: TimerHandle,
+        dispatch: DispatchHandle,
+        declarer: GroupDeclarer,
+    ) -> Self {
+        Self {
+            store,
+            node: node.into(),
+            timer,
+            dispatch,
+            declarer,
+        }
+    }
+
+    /// Job `id`.
+    pub async fn get(&self, id: Uuid) -> Result<Job, JobsError> {
+        self.store.get_job(id).await?.ok_or(JobsError::NotFound(id))
+    }
+
+    /// A page of jobs, in creation order.
+    pub async fn list(&self, page: &JobPage) -> Result<Vec<Job>, JobsError> {
+        Ok(self.store.list_jobs(page).await?)
+    }
+
+    /// Stores a new job of `spec`, tells the timer and declares its queues.
+    pub async fn create(&self, spec: JobSpec) -> Result<Job, JobsError> {
+        let now = Utc::now();
+        spec.settings.schedule.check_fires(now)?;
+        let job = Job::new(spec, now);
+        self.store.insert_job(&job).await?;
+        self.timer.job_changed(job.id);
+        self.declare_target(&job).await;
+        Ok(job)
+    }
+
+    /// Replaces job `id`'s definition with what `edit` makes of the current job. With
+    /// `expected`, the change fails with [`JobsError::VersionConflict`] if the job is at
+    /// another version; without, a concurrent change is not the caller's conflict: the
+    /// job is read again and `edit` applied over the newer one (up to 3 tries). A new
+    /// schedule must fire at least once after now; a new target gets its queues declared.
+    ///
+    /// `edit`'s own error type lets the edge refuse an edit in its own terms (a bad field
+    /// of a request body); every failure here converts into it.
+    pub async fn update<E>(
+        &self,
+        id: Uuid,
+        expected: Option<i64>,
+        mut edit: impl FnMut(&Job) -> Result<JobSpec, E>,
+    ) -> Result<Job, E>
+    where
+        E: From<JobsError>,
+    {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let current = self.get(id).await?;
+            let spec = edit(&current)?;
+            if spec.settings.schedule != current.spec.settings.schedule {
+                spec.settings
+                    .schedule
+                    .check_fires(Utc::now())
+                    .map_err(JobsError::from)?;
+            }
+            let target_changed = spec.settings.target != current.spec.settings.target;
+            match self
+                .change(&current, expected.unwrap_or(current.version), spec)
+                .await
+            {
+                Ok(stored) => {
+                    if target_changed {
+                        self.declare_target(&stored).await;
+                    }
+                    return Ok(stored);
+                }
+                Err(JobsError::VersionConflict { .. })
+                    if expected.is_none() && attempts < UPDATE_ATTEMPTS => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// Deletes job `id` and its run history; it stops firing at once.
+    pub async fn delete(&self, id: Uuid) -> Result<(), JobsError> {
+        let deleted = self
+            .whole_change(id, move |store, _since| async move {
+                store.delete_job(id).await
+            })
+            .await?;
+        if deleted {
+            Ok(())
+        } else {
+            Err(JobsError::NotFound(id))
+        }
+    }
+
+    /// Pauses job `id` (a paused job does not fire); a paused job is answered as it is.
+    pub async fn pause(&self, id: Uuid) -> Result<Job, JobsError> {
+        self.set_paused(id, true).await
+    }
+
+    /// Resumes job `id`, its next fire computed from now; a running job is answered as
+    /// it is.
+    pub async fn resume(&self, id: Uuid) -> Result<Job, JobsError> {
+        self.set_paused(id, false).await
+    }
+
+    /// Fires job `id` now (even when paused), as runs with trigger `manual` (one per
+    /// item, see [`crate::domain::Target::items`]) stamped `fired_by` this node, and
+    /// submits their tasks. Answers the fire as stored, through its first item: a second
+    /// trigger in the same millisecond answers the first one's runs. A zone job with no
+    /// zone to run in records nothing and fails with [`JobsError::NoLiveZone`].
+    pub async fn trigger(&self, id: Uuid) -> Result<Fire, JobsError> {
+        let job = self.get(id).await?;
+        let now = Utc::now();
+        let live = if needs_live_zones(&job) {
+            self.store.live_zones(live_since(now)).await?
+        } else {
+            LiveZones::default()
+        };
+        let mut runs = job.new_runs(now, RunTrigger::Manual, now, &live);
+        if runs.is_empty() {
+            return Err(JobsError::NoLiveZone {
+                group: job.spec.settings.target.group.clone(),
+            });
+        }
+        let mut recorded = Vec::new();
+        for run in &mut runs {
+            run.fired_by = Some(self.node.clone());
+            if self.store.insert_run(run).await? {
+                recorded.push(job.task_message(run));
+            }
+        }
+        if !recorded.is_empty() {
+            metrics::counter!(telemetry::FIRES, "trigger" => "manual").increment(1);
+            self.dispatch.submit(recorded);
+        }
+        let first = runs.swap_remove(0);
+        let items = fire_items(self.store.as_ref(), &first).await?;
+        let run = items
+            .iter()
+            .find(|item| item.id == first.id)
+            .cloned()
+            .unwrap_or(first);
+        Ok(Fire { run, items })
+    }
+
+    async fn set_paused(&self, id: Uuid, paused: bool) -> Result<Job, JobsError> {
+        let current = self.get(id).await?;
+        if current.spec.paused == paused {
+            return Ok(current);
+        }
+        let mut spec = current.spec.clone();
+        spec.paused = paused;
+        self.change(&current, current.version, spec).await
+    }
+
+    /// Stores `spec` as the new definition of `current` if it is still at `expected`.
+    async fn change(&self, current: &Job, expected: i64, spec: JobSpec) -> Result<Job, JobsError> {
+        let set_next_fire = reschedules(&current.spec, &spec);
+        let current = current.clone();
+        self.whole_change(current.id, move |store, since| async move {
+            let updated = current.updated(spec, since);
+            store.update_job(&updated, expected, set_next_fire).await
+        })
+        .await
+    }
+
+    /// Runs a change of `job` — `write`, given the store and the change's instant —
+    /// through the job-change protocol (see the module documentation), on a task of its
+    /// own so that a dropped request cannot stop it halfway.
+    async fn whole_change<T, F, Fut>(&self, job: Uuid, write: F) -> Result<T, JobsError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<dyn Store>, DateTime<Utc>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let store = self.store.clone();
+        let (dispatch, timer) = (self.dispatch.clone(), self.timer.clone());
+        let task = tokio::spawn(async move {
+            let change: ChangeGuard = dispatch.begin_change(job);
+            let written = write(store, change.since()).await;
+            timer.change_done(change);
+            written
+        });
+        match task.await {
+            Ok(written) => Ok(written?),
+            Err(failed) => {
+                error!(error = %failed, %job, "a job change failed");
+                Err(JobsError::ChangeFailed(failed.to_string()))
+            }
+        }
+    }
+
+    /// Declares the job's work queue so its tasks wait in RabbitMQ while no consumer runs.
+    /// A broker outage does not fail the operation: the dispatcher declares again before
+    /// the first publish.
+    async fn declare_target(&self, job: &Job) {
+        let target = &job.spec.settings.target;
+        let group = &target.group;
+        let zones = target.zones.as_deref().unwrap_or_default();
+        if let Err(error) = self.declarer.declare(group, zones).await {
+            warn!(%error, group, job = %job.id, "could not declare the job's queue now; the dispatcher will");
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The application layer: the operations on jobs ([`Jobs`]), runs ([`Runs`]) and this
+//! node's view ([`Node`]) that the edges call — the HTTP API today, and through it
+//! `chimectl` and the console. Each service owns its operation from end to end (the
+//! store writes, telling the timer and dispatcher, declaring queues), so a rule about it
+//! (a permission, an audit entry, a quota) is written once, here. Dead-letter operations
+//! follow the same shape in [`crate::dlq::DeadLetters`].
+//!
+//! Services speak domain types and return typed errors; they know nothing of HTTP. The
+//! API maps each error to its error code once, in `api/error.rs`.
+
+pub mod jobs;
+pub mod node;
+pub mod runs;
+
+pub use jobs::{Jobs, JobsError};
+pub use node::{ClusterStatus, Node, NodeStatus, Readiness};
+pub use runs::{Fire, Runs, RunsError};

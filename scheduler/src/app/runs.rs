@@ -1,0 +1,92 @@
+//! [`Runs`]: reading run history — one run with the view of its whole fire, and a job's
+//! runs page by page. Every edge reads runs through here, so a later rule on who may see
+//! which runs (a permission, an audit entry) has one place.
+//!
+//! Acting on runs goes elsewhere for now: a dead letter's replay is
+//! [`crate::dlq::DeadLetters::replay`], a manual fire is [`super::Jobs::trigger`].
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::{
+    domain::Run,
+    store::{RunPage, Store, StoreError},
+};
+
+/// Why a run operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunsError {
+    /// No run has this id.
+    #[error("no run with id {0}")]
+    RunNotFound(Uuid),
+    /// No job has this id (its run history was asked for).
+    #[error("no job with id {0}")]
+    JobNotFound(Uuid),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One run with every item of its fire (see [`fire_items`]).
+#[derive(Debug, Clone)]
+pub struct Fire {
+    /// The run asked for (or, for a manual trigger, the fire's first item).
+    pub run: Run,
+    /// Every item of the run's fire as stored, `run` included, by shard.
+    pub items: Vec<Run>,
+}
+
+/// Run history. Cheap to share.
+pub struct Runs {
+    store: Arc<dyn Store>,
+}
+
+impl Runs {
+    /// Run history kept in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
+    /// Run `id`, with the view of its whole fire.
+    pub async fn get(&self, id: Uuid) -> Result<Fire, RunsError> {
+        let run = self
+            .store
+            .get_run(id)
+            .await?
+            .ok_or(RunsError::RunNotFound(id))?;
+        // A one-item fire is the run alone: no need to ask.
+        let items = if run.shard_total <= 1 {
+            vec![run.clone()]
+        } else {
+            fire_items(self.store.as_ref(), &run).await?
+        };
+        Ok(Fire { run, items })
+    }
+
+    /// A page of job `job`'s runs, newest fire time first.
+    pub async fn list(&self, job: Uuid, page: &RunPage) -> Result<Vec<Run>, RunsError> {
+        if self.store.get_job(job).await?.is_none() {
+            return Err(RunsError::JobNotFound(job));
+        }
+        Ok(self.store.list_runs(job, page).await?)
+    }
+}
+
+/// Every item of `run`'s fire as stored, `run` included: the runs of its job with the
+/// same fire time and trigger (a manual trigger in the millisecond of a scheduled fire is
+/// a fire of its own), by shard.
+pub(crate) async fn fire_items(store: &dyn Store, run: &Run) -> Result<Vec<Run>, StoreError> {
+    let mut items: Vec<Run> = store
+        .fire_items(run.job_id, run.fire_time)
+        .await?
+        .into_iter()
+        .filter(|item| item.trigger == run.trigger)
+        .collect();
+    if !items.iter().any(|item| item.id == run.id) {
+        // The job (and its runs) was deleted since the run was read.
+        items.push(run.clone());
+        items.sort_by_key(|item| item.shard);
+    }
+    Ok(items)
+}

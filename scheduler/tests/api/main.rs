@@ -1,0 +1,13 @@
+//! The HTTP API in process: every route and every error code it answers, through the real
+//! router and application services over a real SQLite file store (and the real RabbitMQ
+//! where a route needs the broker), plus one test over a real TCP listener.
+//!
+//! Test names say the route and the case.
+
+mod cluster_health;
+mod dlq;
+mod edges;
+mod jobs;
+mod listener;
+mod runs;
+mod support;

@@ -1,0 +1,359 @@
+//! The API under test: the real router and application services over a real SQLite file
+//! store, driven in process with `tower::ServiceExt::oneshot`. The timer and dispatcher
+//! are built but not run (what they are told only queues up in them), so nothing fires
+//! behind a test's back.
+//!
+//! [`TestApp::new`] points at no broker (an address nothing listens on): the job and run
+//! routes do not need one (declaring a job's queues is best effort). [`TestApp::with_broker`]
+//! uses the real RabbitMQ in a virtual host of its own, and fails loudly without it.
+
+use std::{path::PathBuf, process::Command, sync::Arc};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{HeaderMap, Method, Request, StatusCode, header},
+};
+use chime_scheduler::{
+    api::{self, AppParts, AppState},
+    app::{Jobs, Node, Runs},
+    broker::GroupDeclarer,
+    cluster::{ClusterSettings, DEFAULT_SHARD_COUNT, Ownership},
+    dispatch::{Dispatcher, ObserverCopies},
+    dlq::DeadLetters,
+    store::{self, Store},
+    telemetry,
+    timer::{Timer, TimerSettings},
+};
+use lapin::{
+    BasicProperties, Connection, ConnectionProperties,
+    options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeleteOptions},
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use uuid::Uuid;
+
+/// An AMQP URL nothing listens on.
+pub const NO_BROKER: &str = "amqp://guest:guest@127.0.0.1:1/%2f";
+/// The payload limit the test apps run with (bytes of JSON).
+pub const PAYLOAD_LIMIT: usize = 4096;
+
+/// One API over its own store (and vhost), with what the test may poke at.
+pub struct TestApp {
+    pub router: Router,
+    pub store: Arc<dyn Store>,
+    pub db_path: PathBuf,
+    pub amqp_url: String,
+    dispatcher: Option<Dispatcher>,
+    _timer: Timer,
+    dir: PathBuf,
+    vhost: Option<TestVhost>,
+}
+
+/// An answer: status, headers and the body as JSON (`Value::Null` when empty, a string
+/// when not JSON).
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Answer {
+    /// The error code of an error answer.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or_default()
+    }
+
+    /// The field of an error answer.
+    pub fn field(&self) -> Option<&str> {
+        self.body["error"]["field"].as_str()
+    }
+
+    /// Asserts an error answer of `status` and `code`.
+    #[track_caller]
+    pub fn assert_error(&self, status: StatusCode, code: &str) -> &Self {
+        assert_eq!(
+            (self.status, self.code()),
+            (status, code),
+            "answer body: {}",
+            self.body
+        );
+        self
+    }
+
+    /// Asserts the error names `field`.
+    #[track_caller]
+    pub fn assert_field(&self, field: &str) -> &Self {
+        assert_eq!(self.field(), Some(field), "answer body: {}", self.body);
+        self
+    }
+}
+
+impl TestApp {
+    /// An API with no broker.
+    pub async fn new() -> Self {
+        Self::build(NO_BROKER.to_string(), None).await
+    }
+
+    /// An API on the real RabbitMQ, in a fresh virtual host.
+    pub async fn with_broker() -> Self {
+        let vhost = TestVhost::new();
+        Self::build(vhost.amqp_url(), Some(vhost)).await
+    }
+
+    async fn build(amqp_url: String, vhost: Option<TestVhost>) -> Self {
+        let dir = std::env::temp_dir().join(format!("chime-api-test-{}", Uuid::now_v7().simple()));
+        std::fs::create_dir_all(&dir).expect("create a temporary directory");
+        let db_path = dir.join("chime.db");
+        let backend = store::open_backend(
+            &format!("sqlite://{}", db_path.display()),
+            DEFAULT_SHARD_COUNT,
+        )
+        .await
+        .expect("open the SQLite store");
+        let store = backend.store();
+        let ownership = Ownership::single_node("api-test-node", DEFAULT_SHARD_COUNT);
+        let (dispatch, dispatcher) = Dispatcher::new(
+            store.clone(),
+            ownership.clone(),
+            &amqp_url,
+            ObserverCopies::All,
+        );
+        let settings = TimerSettings {
+            lookahead: std::time::Duration::from_secs(30),
+            misfire_grace: std::time::Duration::from_secs(60),
+            fire_ahead: std::time::Duration::ZERO,
+        };
+        let (timer_handle, timer) =
+            Timer::new(store.clone(), dispatch.clone(), ownership.clone(), settings);
+        let state = AppState::new(AppParts {
+            jobs: Arc::new(Jobs::new(
+                store.clone(),
+                ownership.node(),
+                timer_handle,
+                dispatch.clone(),
+                GroupDeclarer::new(&amqp_url),
+            )),
+            runs: Arc::new(Runs::new(store.clone())),
+            dead_letters: Arc::new(DeadLetters::new(store.clone(), &amqp_url, ownership.node())),
+            node: Arc::new(Node::new(
+                backend.clone(),
+                ownership,
+                ClusterSettings::default(),
+                dispatch,
+            )),
+            payload_limit: PAYLOAD_LIMIT,
+            metrics: telemetry::metrics_handle(),
+        });
+        Self {
+            router: api::router(state),
+            store,
+            db_path,
+            amqp_url,
+            dispatcher: Some(dispatcher),
+            _timer: timer,
+            dir,
+            vhost,
+        }
+    }
+
+    /// Runs the dispatcher (it connects to the broker) until the returned token is
+    /// cancelled.
+    pub fn run_dispatcher(&mut self) -> CancellationToken {
+        let drain = CancellationToken::new();
+        let dispatcher = self.dispatcher.take().expect("the dispatcher runs once");
+        tokio::spawn(dispatcher.run(drain.clone(), std::time::Duration::from_secs(1)));
+        drain
+    }
+
+    /// Sends `request` through the router.
+    pub async fn send(&self, request: Request<Body>) -> Answer {
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router is infallible");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
+            .await
+            .expect("read the answer");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// `method path` with no body.
+    pub async fn call(&self, method: Method, path: &str) -> Answer {
+        self.send(request(method, path).body(Body::empty()).unwrap())
+            .await
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Answer {
+        self.call(Method::GET, path).await
+    }
+
+    /// `method path` with a JSON body.
+    pub async fn json(&self, method: Method, path: &str, body: &Value) -> Answer {
+        self.raw(method, path, body.to_string()).await
+    }
+
+    /// `method path` with `body` sent as JSON, whatever it holds.
+    pub async fn raw(&self, method: Method, path: &str, body: impl Into<Body>) -> Answer {
+        self.send(
+            request(method, path)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body.into())
+                .unwrap(),
+        )
+        .await
+    }
+
+    /// Publishes `body` straight into `queue` (through the default exchange), confirmed.
+    pub async fn publish_to_queue(&self, queue: &str, body: &[u8]) {
+        let connection = self.broker().await;
+        let channel = connection.create_channel().await.expect("open a channel");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm mode");
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                body,
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirm");
+        assert!(
+            confirm.is_ack() && confirm.take_message().is_none(),
+            "the publish to {queue} was not routed"
+        );
+        let _ = connection.close(200, "done".into()).await;
+    }
+
+    /// Deletes `queue`.
+    pub async fn delete_queue(&self, queue: &str) {
+        let connection = self.broker().await;
+        let channel = connection.create_channel().await.expect("open a channel");
+        channel
+            .queue_delete(queue.into(), QueueDeleteOptions::default())
+            .await
+            .expect("delete the queue");
+        let _ = connection.close(200, "done".into()).await;
+    }
+
+    async fn broker(&self) -> Connection {
+        assert!(self.vhost.is_some(), "this test app has no broker");
+        Connection::connect(&self.amqp_url, ConnectionProperties::default())
+            .await
+            .expect("connect to the test vhost")
+    }
+
+    /// Creates a job (201 expected) and returns it.
+    pub async fn create(&self, job: &Value) -> Value {
+        let answer = self.json(Method::POST, "/v1/jobs", job).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+        answer.body
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        drop(self.vhost.take());
+    }
+}
+
+/// A request builder for `method path`.
+pub fn request(method: Method, path: &str) -> axum::http::request::Builder {
+    Request::builder().method(method).uri(path)
+}
+
+/// A group job of `name` firing every hour (so never during a test).
+pub fn hourly(name: &str) -> Value {
+    json!({
+        "app": "api-test",
+        "name": name,
+        "schedule": {"every": "1h"},
+        "target": {"group": format!("g-{name}")},
+        "payload": {"n": 1},
+    })
+}
+
+/// The job's id.
+pub fn id(job: &Value) -> &str {
+    job["id"].as_str().expect("a job id")
+}
+
+/// A RabbitMQ virtual host for one test, with `guest` allowed everything, made with
+/// `rabbitmqctl` (or `CHIME_RABBITMQCTL`) and deleted on drop.
+pub struct TestVhost {
+    name: String,
+}
+
+impl TestVhost {
+    fn new() -> Self {
+        let name = format!("chime-api-test-{}", Uuid::now_v7().simple());
+        let made = rabbitmqctl(&["add_vhost", &name]).and_then(|()| {
+            rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"])
+        });
+        if let Err(error) = made {
+            panic!(
+                "RabbitMQ is required for this test: {error}. Start it with deploy/local/rabbitmq.sh; \
+                 set CHIME_RABBITMQCTL=\"sudo rabbitmqctl\" if rabbitmqctl needs root."
+            );
+        }
+        Self { name }
+    }
+
+    fn amqp_url(&self) -> String {
+        let addr =
+            std::env::var("CHIME_TEST_AMQP_ADDR").unwrap_or_else(|_| "127.0.0.1:5672".into());
+        format!("amqp://guest:guest@{addr}/{}", self.name)
+    }
+}
+
+impl Drop for TestVhost {
+    fn drop(&mut self) {
+        let _ = rabbitmqctl(&["delete_vhost", &self.name]);
+    }
+}
+
+fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
+    let command = std::env::var("CHIME_RABBITMQCTL").unwrap_or_else(|_| "rabbitmqctl".into());
+    let mut words = command.split_whitespace();
+    let program = words.next().unwrap_or("rabbitmqctl");
+    let output = Command::new(program)
+        .args(words)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {command}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{command} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
