@@ -1,13 +1,13 @@
 //! `GET /v1/cluster`: which node holds which shards. On PostgreSQL this is the node
 //! registry with each node's unexpired leases; on SQLite, this one node with every shard.
 
-use axum::{Json, extract::State};
 use super::{
     dto::{ClusterResponse, NodeResponse},
     error::ApiError,
     state::AppState,
 };
 use crate::domain::timestamp::timestamp;
+use axum::{Json, extract::State};
 
 pub(super) async fn status(
     State(state): State<AppState>,
