@@ -322,6 +322,52 @@ mod tests {
     }
 
     #[test]
+    fn service_errors_map_to_codes() {
+        let id = uuid::Uuid::nil();
+        let missing: ApiError = JobsError::NotFound(id).into();
+        assert_eq!(
+            (missing.code, missing.message.as_str()),
+            (
+                ErrorCode::NotFound,
+                "no job with id \"00000000-0000-0000-0000-000000000000\""
+            )
+        );
+        let invalid: ApiError =
+            JobsError::Invalid(FieldError::new("schedule.cron", "never")).into();
+        assert_eq!(
+            (invalid.code, invalid.field.as_deref()),
+            (ErrorCode::InvalidField, Some("schedule.cron"))
+        );
+        let zone: ApiError = JobsError::NoLiveZone {
+            group: "web".into(),
+        }
+        .into();
+        assert_eq!(zone.code.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let failed: ApiError = JobsError::ChangeFailed("task panicked".into()).into();
+        assert_eq!(failed, ApiError::internal());
+        // A store outcome reads the same whether it comes through a service or not.
+        let through: ApiError = JobsError::from(StoreError::VersionConflict {
+            id,
+            expected: 1,
+            current: 2,
+        })
+        .into();
+        let direct: ApiError = StoreError::VersionConflict {
+            id,
+            expected: 1,
+            current: 2,
+        }
+        .into();
+        assert_eq!(through, direct);
+        let run: ApiError = RunsError::RunNotFound(id).into();
+        assert_eq!(run.code, ErrorCode::NotFound);
+        assert!(run.message.starts_with("no run with id"), "{}", run.message);
+        let down: ApiError =
+            RunsError::Store(StoreError::Database(sqlx::Error::PoolTimedOut)).into();
+        assert_eq!(down.code, ErrorCode::Unavailable);
+    }
+
+    #[test]
     fn dlq_errors_map_to_codes() {
         let wrong: ApiError = DlqError::NotADeadLetterQueue("orders".into()).into();
         assert_eq!(

@@ -6,7 +6,7 @@
 //! # The job-change protocol
 //!
 //! A change of a stored job (an update, a pause or resume, a delete) runs one protocol,
-//! written once, in [`Jobs::whole_change`]:
+//! written once, in `Jobs::whole_change`:
 //!
 //! 1. **Begin** the change with the dispatcher ([`DispatchHandle::begin_change`]) before
 //!    the transaction. From then on this node's dispatcher holds the job's due tasks

@@ -28,7 +28,8 @@ pub enum RunsError {
     Store(#[from] StoreError),
 }
 
-/// One run with every item of its fire (see [`fire_items`]).
+/// One run with every item of its fire: the runs of its job with the same fire time and
+/// trigger.
 #[derive(Debug, Clone)]
 pub struct Fire {
     /// The run asked for (or, for a manual trigger, the fire's first item).

@@ -87,7 +87,8 @@ async fn get_dlq_messages_bad_limit_is_400_naming_limit() {
 #[tokio::test]
 async fn dlq_routes_refuse_a_queue_chime_did_not_declare_with_400() {
     let app = TestApp::with_broker().await;
-    for queue in ["orders", "chime.group.nobody.dlq"] {
+    let too_long = format!("chime.group.{}.dlq", "g".repeat(300));
+    for queue in ["orders", "chime.group.nobody.dlq", &too_long] {
         app.get(&format!("/v1/dlq/{queue}/messages"))
             .await
             .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
@@ -101,6 +102,15 @@ async fn dlq_routes_refuse_a_queue_chime_did_not_declare_with_400() {
             .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
             .assert_field("queue");
     }
+}
+
+#[tokio::test]
+async fn dlq_route_with_a_non_utf8_queue_is_400_naming_path() {
+    let app = TestApp::new().await;
+    app.call(Method::POST, "/v1/dlq/chime.%C3.dlq/purge")
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
+        .assert_field("path");
 }
 
 #[tokio::test]

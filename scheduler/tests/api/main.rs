@@ -8,6 +8,7 @@ mod cluster_health;
 mod dlq;
 mod edges;
 mod jobs;
+mod jobs_service;
 mod listener;
 mod runs;
 mod support;

@@ -42,6 +42,7 @@ pub const PAYLOAD_LIMIT: usize = 4096;
 /// One API over its own store (and vhost), with what the test may poke at.
 pub struct TestApp {
     pub router: Router,
+    pub jobs: Arc<Jobs>,
     pub store: Arc<dyn Store>,
     pub db_path: PathBuf,
     pub amqp_url: String,
@@ -127,14 +128,15 @@ impl TestApp {
         };
         let (timer_handle, timer) =
             Timer::new(store.clone(), dispatch.clone(), ownership.clone(), settings);
+        let jobs = Arc::new(Jobs::new(
+            store.clone(),
+            ownership.node(),
+            timer_handle,
+            dispatch.clone(),
+            GroupDeclarer::new(&amqp_url),
+        ));
         let state = AppState::new(AppParts {
-            jobs: Arc::new(Jobs::new(
-                store.clone(),
-                ownership.node(),
-                timer_handle,
-                dispatch.clone(),
-                GroupDeclarer::new(&amqp_url),
-            )),
+            jobs: jobs.clone(),
             runs: Arc::new(Runs::new(store.clone())),
             dead_letters: Arc::new(DeadLetters::new(store.clone(), &amqp_url, ownership.node())),
             node: Arc::new(Node::new(
@@ -148,6 +150,7 @@ impl TestApp {
         });
         Self {
             router: api::router(state),
+            jobs,
             store,
             db_path,
             amqp_url,
