@@ -49,7 +49,7 @@ async fn path_not_utf8_is_400_naming_path() {
 async fn get_job_with_a_corrupt_row_is_500_without_details() {
     let app = TestApp::new().await;
     let job = app.create(&hourly("corrupt")).await;
-    let mut db = SqliteConnection::connect(&format!("sqlite://{}", app.db_path.display()))
+    let mut db = SqliteConnection::connect(app.database.url())
         .await
         .expect("open the test database");
     sqlx::query(r#"UPDATE jobs SET settings = '{"secret": "garbage"}'"#)

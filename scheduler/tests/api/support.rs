@@ -7,7 +7,7 @@
 //! routes do not need one (declaring a job's queues is best effort). [`TestApp::with_broker`]
 //! uses the real RabbitMQ in a virtual host of its own, and fails loudly without it.
 
-use std::{path::PathBuf, process::Command, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
     Router,
@@ -25,14 +25,11 @@ use chime_scheduler::{
     telemetry,
     timer::{Timer, TimerSettings},
 };
-use lapin::{
-    BasicProperties, Connection, ConnectionProperties,
-    options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeleteOptions},
-};
+use chime_testkit::{TestDatabase, TestVhost};
+use lapin::{Connection, ConnectionProperties, options::QueueDeleteOptions};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
-use uuid::Uuid;
 
 /// An AMQP URL nothing listens on.
 pub const NO_BROKER: &str = "amqp://guest:guest@127.0.0.1:1/%2f";
@@ -44,11 +41,10 @@ pub struct TestApp {
     pub router: Router,
     pub jobs: Arc<Jobs>,
     pub store: Arc<dyn Store>,
-    pub db_path: PathBuf,
+    pub database: TestDatabase,
     pub amqp_url: String,
     dispatcher: Option<Dispatcher>,
     _timer: Timer,
-    dir: PathBuf,
     vhost: Option<TestVhost>,
 }
 
@@ -104,15 +100,10 @@ impl TestApp {
     }
 
     async fn build(amqp_url: String, vhost: Option<TestVhost>) -> Self {
-        let dir = std::env::temp_dir().join(format!("chime-api-test-{}", Uuid::now_v7().simple()));
-        std::fs::create_dir_all(&dir).expect("create a temporary directory");
-        let db_path = dir.join("chime.db");
-        let backend = store::open_backend(
-            &format!("sqlite://{}", db_path.display()),
-            DEFAULT_SHARD_COUNT,
-        )
-        .await
-        .expect("open the SQLite store");
+        let database = TestDatabase::sqlite();
+        let backend = store::open_backend(database.url(), DEFAULT_SHARD_COUNT)
+            .await
+            .expect("open the SQLite store");
         let store = backend.store();
         let ownership = Ownership::single_node("api-test-node", DEFAULT_SHARD_COUNT);
         let (dispatch, dispatcher) = Dispatcher::new(
@@ -152,11 +143,10 @@ impl TestApp {
             router: api::router(state),
             jobs,
             store,
-            db_path,
+            database,
             amqp_url,
             dispatcher: Some(dispatcher),
             _timer: timer,
-            dir,
             vhost,
         }
     }
@@ -225,32 +215,8 @@ impl TestApp {
 
     /// Publishes `body` straight into `queue` (through the default exchange), confirmed.
     pub async fn publish_to_queue(&self, queue: &str, body: &[u8]) {
-        let connection = self.broker().await;
-        let channel = connection.create_channel().await.expect("open a channel");
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .expect("confirm mode");
-        let confirm = channel
-            .basic_publish(
-                "".into(),
-                queue.into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..BasicPublishOptions::default()
-                },
-                body,
-                BasicProperties::default().with_delivery_mode(2),
-            )
-            .await
-            .expect("publish")
-            .await
-            .expect("confirm");
-        assert!(
-            confirm.is_ack() && confirm.take_message().is_none(),
-            "the publish to {queue} was not routed"
-        );
-        let _ = connection.close(200, "done".into()).await;
+        let vhost = self.vhost.as_ref().expect("this test app has no broker");
+        vhost.publish("", queue, body).await;
     }
 
     /// Deletes `queue`.
@@ -279,13 +245,6 @@ impl TestApp {
     }
 }
 
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-        drop(self.vhost.take());
-    }
-}
-
 /// A request builder for `method path`.
 pub fn request(method: Method, path: &str) -> axum::http::request::Builder {
     Request::builder().method(method).uri(path)
@@ -305,58 +264,4 @@ pub fn hourly(name: &str) -> Value {
 /// The job's id.
 pub fn id(job: &Value) -> &str {
     job["id"].as_str().expect("a job id")
-}
-
-/// A RabbitMQ virtual host for one test, with `guest` allowed everything, made with
-/// `rabbitmqctl` (or `CHIME_RABBITMQCTL`) and deleted on drop.
-pub struct TestVhost {
-    name: String,
-}
-
-impl TestVhost {
-    fn new() -> Self {
-        let name = format!("chime-api-test-{}", Uuid::now_v7().simple());
-        let made = rabbitmqctl(&["add_vhost", &name]).and_then(|()| {
-            rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"])
-        });
-        if let Err(error) = made {
-            panic!(
-                "RabbitMQ is required for this test: {error}. Start it with deploy/local/rabbitmq.sh; \
-                 set CHIME_RABBITMQCTL=\"sudo rabbitmqctl\" if rabbitmqctl needs root."
-            );
-        }
-        Self { name }
-    }
-
-    fn amqp_url(&self) -> String {
-        let addr =
-            std::env::var("CHIME_TEST_AMQP_ADDR").unwrap_or_else(|_| "127.0.0.1:5672".into());
-        format!("amqp://guest:guest@{addr}/{}", self.name)
-    }
-}
-
-impl Drop for TestVhost {
-    fn drop(&mut self) {
-        let _ = rabbitmqctl(&["delete_vhost", &self.name]);
-    }
-}
-
-fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
-    let command = std::env::var("CHIME_RABBITMQCTL").unwrap_or_else(|_| "rabbitmqctl".into());
-    let mut words = command.split_whitespace();
-    let program = words.next().unwrap_or("rabbitmqctl");
-    let output = Command::new(program)
-        .args(words)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {command}: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{command} {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
 }
