@@ -9,16 +9,18 @@ use chime_consumer::protocol::{
 };
 use chime_scheduler::{
     cluster::{DEFAULT_SHARD_COUNT, shard_of},
+    dlq,
     domain::broadcast::ReceiptState,
     domain::{
         DeliveryMode, Job, JobSettings, JobSpec, LiveZones, MisfirePolicy, OverlapPolicy, Run,
         RunState, RunTrigger, Schedule, Target, WaitingFor, duration::HumanDuration, job::limits,
         schedule::ScheduleSpec,
     },
+    reconcile::broadcasts::settle_broadcast,
     retention::{PruneOutcome, Pruner, RetentionSettings},
     store::{
         DueCursor, Expect, Firing, JobPage, NextAttempt, Replay, ReplyEffect, RunPage, Store,
-        StoreError, live_since,
+        StoreError, live_since, test_support::StoreTestSupport,
     },
 };
 use chrono::{DateTime, Duration, Utc};
@@ -1826,14 +1828,14 @@ async fn replay_revives_only_dead_runs(store: &dyn Store) {
         .remove(0);
     store.insert_run(&run).await.unwrap();
     assert!(matches!(
-        store.replay_run(run.id, now).await.unwrap(),
+        dlq::replay_run(store, run.id, now).await.unwrap(),
         Replay::NotDead(RunState::Scheduled)
     ));
     store
         .kill_run(run.id, Expect::unfinished(), "gave up", None, false, now)
         .await
         .unwrap();
-    let Replay::Revived(revived) = store.replay_run(run.id, now).await.unwrap() else {
+    let Replay::Revived(revived) = dlq::replay_run(store, run.id, now).await.unwrap() else {
         panic!("a dead run is revived")
     };
     assert_eq!((revived.run.attempt, revived.job.id), (2, job.id));
@@ -1841,7 +1843,7 @@ async fn replay_revives_only_dead_runs(store: &dyn Store) {
     assert_eq!((stored.state, stored.attempt), (RunState::Scheduled, 2));
     assert_eq!(stored.history.last().unwrap().event, "replayed");
     assert!(matches!(
-        store.replay_run(Uuid::now_v7(), now).await.unwrap(),
+        dlq::replay_run(store, Uuid::now_v7(), now).await.unwrap(),
         Replay::Unknown
     ));
     assert_eq!(
@@ -2051,12 +2053,16 @@ async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
             .unwrap(),
         (ReplyEffect::Applied, None)
     );
-    assert!(store.settle_broadcast(id, at).await.unwrap().is_none());
+    assert!(
+        settle_broadcast(store, id, at, rand::random())
+            .await
+            .unwrap()
+            .is_none()
+    );
     let run = store.get_run(id).await.unwrap().unwrap();
     assert_eq!(run.state, RunState::Acked);
     assert_eq!(run.due_at, Some(sent + Duration::seconds(30)));
-    let settled = store
-        .settle_broadcast(id, sent + Duration::seconds(30))
+    let settled = settle_broadcast(store, id, sent + Duration::seconds(30), rand::random())
         .await
         .unwrap()
         .expect("decided once the window closed");

@@ -33,6 +33,7 @@ use tracing::{info, warn};
 use chime_consumer::protocol::topology::{self, REPLY_QUEUE};
 
 pub use message::DlqMessage;
+pub use replay::replay_run;
 
 use crate::{
     broker::{self, ConfirmedPublisher, PublishError},
