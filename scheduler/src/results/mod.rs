@@ -52,7 +52,7 @@ use crate::{
     broker,
     dispatch::DispatchHandle,
     domain::RunState,
-    store::{ReplyApplied, ReplyEffect, Store, StoreError, reply_plan},
+    store::{self, ReplyApplied, ReplyEffect, Store, StoreError, reply_plan},
     telemetry,
 };
 
@@ -304,7 +304,9 @@ impl ResultCollector {
         cancel: &CancellationToken,
     ) -> Result<(), Unapplied> {
         let applied = self
-            .hold_through_outage(cancel, || self.store.record_replies(replies))
+            .hold_through_outage(cancel, || {
+                self.store.record_replies(replies, chrono::Utc::now())
+            })
             .await?;
         metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(1);
         self.dispatch
@@ -312,7 +314,12 @@ impl ResultCollector {
         for (reply, applied) in replies.iter().copied().zip(applied) {
             let applied = if applied.0 == ReplyEffect::Broadcast {
                 self.hold_through_outage(cancel, || {
-                    self.store.record_broadcast_reply(reply, chrono::Utc::now())
+                    store::record_broadcast_reply(
+                        self.store.as_ref(),
+                        reply,
+                        chrono::Utc::now(),
+                        rand::random(),
+                    )
                 })
                 .await?
             } else {

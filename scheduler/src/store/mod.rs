@@ -8,6 +8,7 @@
 #[macro_use]
 mod sql;
 
+mod broadcast_receipt;
 mod decode;
 mod fire_plan;
 mod open;
@@ -29,10 +30,11 @@ use chime_consumer::protocol::{AttemptRecord, Reply, ResultMessage};
 
 pub use crate::domain::shard::ShardToken;
 use crate::domain::{
-    Job, JobSettings, LiveZones, Run, RunState, broadcast,
+    Job, JobSettings, LiveZones, Run, RunState,
     retry::{ResultVerdict, after_result},
 };
 
+pub use broadcast_receipt::record_broadcast_reply;
 pub(crate) use decode::{corrupt, decode_jobs, decode_runs, job_write_error, with_jobs};
 pub(crate) use fire_plan::plan_batch;
 pub use open::{Backend, open, open_backend};
@@ -197,45 +199,13 @@ pub trait Store: Send + Sync + 'static {
     /// Applies consumers' replies in order, in one transaction: acks, heartbeats and
     /// results to their runs, presence messages and observer registrations. Returns what
     /// each reply did; a failure applies none of them. Replies to broadcast runs come
-    /// back as [`ReplyEffect::Broadcast`], for [`Store::record_broadcast_reply`].
-    async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError>;
-
-    /// Applies an ack, heartbeat or result to a broadcast run as the instance's receipt
-    /// (see [`crate::domain::broadcast`]). Also returns the run's new state when the reply
-    /// decided the run.
-    async fn record_broadcast_reply(
+    /// back as [`ReplyEffect::Broadcast`], for [`record_broadcast_reply`]. `now` stamps
+    /// what the replies change (deadlines, retry times).
+    async fn record_replies(
         &self,
-        reply: &Reply,
+        batch: &[&Reply],
         now: DateTime<Utc>,
-    ) -> Result<(ReplyEffect, Option<RunState>), StoreError> {
-        let Some(run_id) = reply.task_id() else {
-            return Ok((ReplyEffect::UnknownRun, None));
-        };
-        let unit = rand::random::<f64>();
-        let change = |run: &mut Run, settings: &JobSettings| {
-            if run.mode != crate::domain::DeliveryMode::Broadcast {
-                return false;
-            }
-            match reply {
-                Reply::Ack(ack) => broadcast::apply_ack(run, settings, ack, now),
-                Reply::Heartbeat(beat) => broadcast::apply_heartbeat(run, settings, beat, now),
-                Reply::Result(result) => broadcast::apply_result(run, settings, result, now, unit),
-                Reply::Presence(_) | Reply::Observe(_) => false,
-            }
-        };
-        Ok(match self.update_run(run_id, &change).await? {
-            None => (ReplyEffect::UnknownRun, None),
-            Some((false, _)) => (ReplyEffect::Stale, None),
-            Some((true, run)) => (
-                ReplyEffect::Applied,
-                matches!(
-                    run.state,
-                    RunState::Succeeded | RunState::Failed | RunState::Dead
-                )
-                .then_some(run.state),
-            ),
-        })
-    }
+    ) -> Result<Vec<ReplyApplied>, StoreError>;
 
     /// Locks run `run_id`, applies `change` to it (with its job's settings) and writes it
     /// back if `change` returns true. Returns whether it changed and the run as it now

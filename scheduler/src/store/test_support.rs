@@ -1,7 +1,7 @@
 //! Conveniences for tests: one reply at a time, one next attempt at a time. `chimed`
 //! itself applies replies in batches ([`Store::record_replies`]) and moves runs to their
 //! next attempt in batches ([`Store::next_attempts`]); these wrap those calls so a test
-//! reads as the one step it takes. Implemented for every store; a test imports the trait.
+//! reads as the one step it takes, at the current time. Implemented for every store; a test imports the trait.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -20,7 +20,7 @@ use super::{Store, StoreError};
 pub trait StoreTestSupport: Store {
     /// Applies one reply (see [`Store::record_replies`]).
     async fn record_reply(&self, reply: &Reply) -> Result<ReplyApplied, StoreError> {
-        let mut applied = self.record_replies(&[reply]).await?;
+        let mut applied = self.record_replies(&[reply], Utc::now()).await?;
         Ok(applied.pop().expect("one outcome per reply"))
     }
 

@@ -34,7 +34,7 @@ use chime_scheduler::{
     retention::{PruneOutcome, Pruner, RetentionSettings},
     store::{
         DueCursor, Expect, Firing, JobPage, NextAttempt, Replay, ReplyEffect, RunPage, Store,
-        StoreError, live_since, test_support::StoreTestSupport,
+        StoreError, live_since, record_broadcast_reply, test_support::StoreTestSupport,
     },
 };
 

@@ -126,7 +126,7 @@ pub(super) async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn 
         Reply::Presence(presence("web-1", "dc1", now)),
     ];
     let applied: Vec<ReplyEffect> = store
-        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
         .await
         .unwrap()
         .into_iter()
@@ -153,7 +153,7 @@ pub(super) async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn 
             .of("orders"),
         ["dc1".to_string()]
     );
-    assert_eq!(store.record_replies(&[]).await.unwrap(), vec![]);
+    assert_eq!(store.record_replies(&[], Utc::now()).await.unwrap(), vec![]);
     assert_eq!(
         store.record_reply(&result).await.unwrap(),
         (Stale, None),
@@ -204,7 +204,7 @@ pub(super) async fn a_round_of_many_replies_writes_every_run(store: &dyn Store) 
         },
     ));
     let applied = store
-        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
         .await
         .unwrap();
     let mut expected = vec![(ReplyEffect::Applied, None); 6];
@@ -286,7 +286,7 @@ pub(super) async fn an_ack_and_its_success_in_one_batch_write_the_run_once(store
         }));
     }
     let applied = store
-        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
         .await
         .unwrap();
     let expected: Vec<_> = runs
@@ -318,7 +318,7 @@ pub(super) async fn an_ack_and_its_success_in_one_batch_write_the_run_once(store
     }
     // Sent again (a redelivered batch), every reply is stale and nothing changes.
     let again = store
-        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
         .await
         .unwrap();
     assert!(
@@ -359,7 +359,7 @@ pub(super) async fn a_mark_after_the_replies_leaves_the_runs_as_they_wrote_them(
         ack(acked),
     ];
     store
-        .record_replies(&batch.iter().collect::<Vec<_>>())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
         .await
         .unwrap();
     let before = [
@@ -530,21 +530,21 @@ pub(super) async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
         Reply::Result(done("a")),
     ] {
         assert_eq!(
-            store.record_broadcast_reply(&reply, at).await.unwrap(),
+            record_broadcast_reply(store, &reply, at, rand::random())
+                .await
+                .unwrap(),
             (ReplyEffect::Applied, None)
         );
     }
     assert_eq!(
-        store
-            .record_broadcast_reply(&Reply::Ack(ack("a")), at)
+        record_broadcast_reply(store, &Reply::Ack(ack("a")), at, rand::random())
             .await
             .unwrap(),
         (ReplyEffect::Stale, None)
     );
     // b finishes while the ack window (30 s) is still open: not decided yet.
     assert_eq!(
-        store
-            .record_broadcast_reply(&Reply::Result(done("b")), at)
+        record_broadcast_reply(store, &Reply::Result(done("b")), at, rand::random())
             .await
             .unwrap(),
         (ReplyEffect::Applied, None)
@@ -580,8 +580,7 @@ pub(super) async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
         ]
     );
     assert!(
-        store
-            .record_broadcast_reply(&Reply::Result(done("c")), at)
+        record_broadcast_reply(store, &Reply::Result(done("c")), at, rand::random())
             .await
             .unwrap()
             .0

@@ -216,8 +216,11 @@ impl Store for PostgresStore {
         runs::note_publish_failure(&self.pool, run_id, reason).await
     }
 
-    async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
-        let now = Utc::now();
+    async fn record_replies(
+        &self,
+        batch: &[&Reply],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ReplyApplied>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let applied = replies::record_replies(&mut tx, batch, now).await?;
         tx.commit().await?;
