@@ -1,6 +1,14 @@
 //! Durable state: jobs and runs, behind the [`Store`] trait with two implementations —
 //! SQLite (embedded default, one node) and PostgreSQL. Each backend keeps its own SQL in
-//! its own module; both pass the same test suite (`scheduler/tests/store_suite.rs`).
+//! its own module, split into the same files by concern (`rows`, `jobs`, `fire`, `runs`,
+//! `replies`, `reconcile`, `presence`, `retention`); both pass the same test suite
+//! (`scheduler/tests/store_suite/`).
+//!
+//! This file holds the trait and [`StoreError`]. Beside it: the types the trait speaks
+//! (`types.rs`), the SQL fragments both backends share (`sql.rs`), row decoding
+//! (`decode.rs`), opening a store from a URL (`open.rs`), and the decisions both backends
+//! share, free of I/O: the fire batch (`fire_plan.rs`), a job update (`update_plan.rs`) and
+//! a batch of replies (`reply_plan.rs`).
 //!
 //! The store is the source of truth. The timer only holds hints; [`Store::fire`] re-reads
 //! and locks the jobs it is asked to fire and decides from the stored rows.
@@ -26,13 +34,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, Reply, ResultMessage};
+use chime_consumer::protocol::{AttemptRecord, Reply};
 
 pub use crate::domain::shard::ShardToken;
-use crate::domain::{
-    Job, JobSettings, LiveZones, Run, RunState,
-    retry::{ResultVerdict, after_result},
-};
+use crate::domain::{Job, LiveZones, Run};
 
 pub use broadcast_receipt::record_broadcast_reply;
 pub(crate) use decode::{corrupt, decode_jobs, decode_runs, job_write_error, with_jobs};
@@ -299,24 +304,4 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes at most `limit` observer patterns last registered before `cutoff`, oldest
     /// first, in one short transaction. Returns how many.
     async fn prune_observers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
-}
-
-/// What a result does to a run in `state` at `attempt` of a job with `settings`; shared
-/// by both backends' result transactions.
-pub(crate) fn result_verdict(
-    state: RunState,
-    attempt: u32,
-    settings: &JobSettings,
-    result: &ResultMessage,
-    now: DateTime<Utc>,
-) -> ResultVerdict {
-    after_result(
-        state,
-        attempt,
-        result,
-        settings.max_attempts,
-        &settings.backoff,
-        now,
-        rand::random::<f64>(),
-    )
 }
