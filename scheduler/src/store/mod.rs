@@ -201,6 +201,16 @@ pub trait Store: Send + Sync + 'static {
         fire_time: DateTime<Utc>,
     ) -> Result<Vec<Run>, StoreError>;
 
+    /// The rounds a batch of replies is applied in, as indices into `batch`: each round
+    /// goes to [`Store::record_replies`] as one transaction, and applying the rounds one
+    /// after the other is applying the batch in order (see [`reply_plan`]). The split is
+    /// the store's to make: on PostgreSQL, a transaction that updates one run twice takes
+    /// a key-share lock on its job again, in task order, which would deadlock with a fire
+    /// locking the same jobs in job order; within a round each run is written once.
+    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
+        reply_plan::rounds(batch)
+    }
+
     /// Applies consumers' replies in order, in one transaction: acks, heartbeats and
     /// results to their runs, presence messages and observer registrations. Returns what
     /// each reply did; a failure applies none of them. Replies to broadcast runs come
