@@ -32,6 +32,8 @@ use tracing::{info, warn};
 use chime_consumer::protocol::topology::{self, REPLY_QUEUE};
 
 pub use crate::api::dto::{DlqMessage, DlqSummary, ReplayReport};
+pub use replay::replay_run;
+
 use crate::{
     broker::{self, ConfirmedPublisher, PublishError},
     domain::{Run, RunState},

@@ -5,7 +5,7 @@
 //! Headers such as `x-death` name whatever their publisher wrote, and anyone who can
 //! publish to the dead-letter exchange can write them.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use lapin::{
     BasicProperties, Connection, message::Delivery, options::BasicAckOptions, types::FieldTable,
 };
@@ -13,7 +13,59 @@ use lapin::{
 use chime_consumer::protocol::topology::{self, REPLY_EXCHANGE, REPLY_ROUTING_KEY};
 
 use super::{DeadLetters, DlqError, DlqKind, ReplayReport, get, message, open_queue};
-use crate::{store::Replay, telemetry};
+use chime_consumer::protocol::AttemptRecord;
+
+use crate::{
+    domain::RunState,
+    store::{Expect, NextAttempt, OverdueRun, Replay, Store, StoreError},
+    telemetry,
+};
+
+/// Revives a `dead` run for a replay from a dead-letter queue: `scheduled` as
+/// attempt + 1, with a `replayed` entry in its history (a conditional
+/// [`Store::next_attempts`], so two concurrent replays revive it once).
+pub async fn replay_run(
+    store: &dyn Store,
+    run_id: uuid::Uuid,
+    now: DateTime<Utc>,
+) -> Result<Replay, StoreError> {
+    let Some(mut run) = store.get_run(run_id).await? else {
+        return Ok(Replay::Unknown);
+    };
+    if run.state != RunState::Dead {
+        return Ok(Replay::NotDead(run.state));
+    }
+    let record = replay_record(run.attempt + 1, now);
+    let next = NextAttempt {
+        run_id,
+        expect: Expect::exactly(RunState::Dead, run.attempt),
+        record: Some(&record),
+    };
+    if !store.next_attempts(&[next], now).await?.contains(&run_id) {
+        let state = store.get_run(run_id).await?.map(|r| r.state);
+        return Ok(state.map_or(Replay::Unknown, Replay::NotDead));
+    }
+    let Some(job) = store.get_job(run.job_id).await? else {
+        return Ok(Replay::Unknown);
+    };
+    run.state = RunState::Scheduled;
+    run.attempt += 1;
+    run.due_at = Some(now);
+    run.history.push(record);
+    Ok(Replay::Revived(Box::new(OverdueRun { run, job })))
+}
+
+/// The history entry of a replay from a dead-letter queue.
+fn replay_record(attempt: u32, now: DateTime<Utc>) -> AttemptRecord {
+    AttemptRecord {
+        attempt,
+        event: "replayed".into(),
+        at: now,
+        consumer: None,
+        error: Some("replayed from the dead-letter queue".into()),
+        retry_at: None,
+    }
+}
 
 /// Why a message is left in place.
 const RESOLVED: &str = "resolved";
@@ -101,7 +153,7 @@ impl DeadLetters {
     /// Revives task `task_id`'s run as its next attempt and publishes it to the route its
     /// job gives, confirmed, marking it dispatched.
     async fn revive(&self, task_id: uuid::Uuid) -> Result<Outcome, DlqError> {
-        match self.store.replay_run(task_id, Utc::now()).await? {
+        match replay_run(self.store.as_ref(), task_id, Utc::now()).await? {
             Replay::Revived(item) => {
                 let task = item.job.task_message(&item.run);
                 self.publisher.declare_destination(&task).await?;

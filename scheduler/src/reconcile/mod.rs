@@ -31,6 +31,7 @@
 //! `chime_dead_runs_total{reason}`, `chime_dead_letters_published_total`,
 //! `chime_republishes_withheld_total{reason}`, `chime_group_without_consumer{group,queue}`.
 
+pub mod broadcasts;
 pub mod consumers;
 mod dead_letters;
 mod missed;
@@ -521,7 +522,10 @@ impl Reconciler {
         report: &mut PassReport,
         dead: &mut Vec<OverdueRun>,
     ) -> Result<(), StoreError> {
-        let Some(run) = self.store.settle_broadcast(item.run.id, now).await? else {
+        let unit = rand::random::<f64>();
+        let Some(run) =
+            broadcasts::settle_broadcast(self.store.as_ref(), item.run.id, now, unit).await?
+        else {
             return Ok(());
         };
         match run.state {

@@ -3,7 +3,7 @@
 //!
 //! - Replies are applied in batches: everything the broker pushes within [`GATHER_FOR`]
 //!   of a batch's first message (up to [`MAX_BATCH_REPLIES`]) goes to the store in a few
-//!   transactions (see [`reply_plan::rounds`]). A
+//!   transactions (see [`Store::reply_rounds`]). A
 //!   message may itself be a batch (`"type": "batch"`); it is applied or dead-lettered
 //!   item by item.
 //! - A reply that does not parse or is invalid is dead-lettered to `chime.replies.dlq`
@@ -52,7 +52,7 @@ use crate::{
     broker,
     dispatch::DispatchHandle,
     domain::RunState,
-    store::{ReplyApplied, ReplyEffect, Store, StoreError, reply_plan},
+    store::{self, ReplyApplied, ReplyEffect, Store, StoreError},
     telemetry,
 };
 
@@ -215,7 +215,7 @@ impl ResultCollector {
         }
     }
 
-    /// Applies the replies of `batch` (one transaction per [`reply_plan::rounds`] round) and settles
+    /// Applies the replies of `batch` (one transaction per [`Store::reply_rounds`] round) and settles
     /// every message; if the store refuses them, applies the messages one by one. Notes
     /// the newest probe in it once every message before it is settled.
     async fn apply_batch(&self, batch: Vec<Received>, cancel: &CancellationToken) {
@@ -281,15 +281,13 @@ impl ResultCollector {
         }
     }
 
-    /// Applies `replies` in as few transactions as [`reply_plan::rounds`] allows, holding them while
+    /// Applies `replies` in as few transactions as [`Store::reply_rounds`] allows, holding them while
     /// the store is unavailable.
     async fn apply(&self, replies: &[&Reply], cancel: &CancellationToken) -> Result<(), Unapplied> {
-        // One transaction per round: PostgreSQL checks a run's foreign key to its job
-        // again when one transaction updates the run twice, and that key-share lock on
-        // the job, taken in task order, would deadlock with a fire transaction locking
-        // the same jobs in job order. Rounds are ordered by task, so every collector, and
-        // the dispatcher's marker, lock runs in the same order.
-        for round in reply_plan::rounds(replies) {
+        // One transaction per round of the store's split (see `Store::reply_rounds` for
+        // why). Rounds are ordered by task, so every collector, and the dispatcher's
+        // marker, lock runs in the same order.
+        for round in self.store.reply_rounds(replies) {
             let round: Vec<&Reply> = round.iter().map(|&i| replies[i]).collect();
             self.apply_round(&round, cancel).await?;
         }
@@ -304,7 +302,9 @@ impl ResultCollector {
         cancel: &CancellationToken,
     ) -> Result<(), Unapplied> {
         let applied = self
-            .hold_through_outage(cancel, || self.store.record_replies(replies))
+            .hold_through_outage(cancel, || {
+                self.store.record_replies(replies, chrono::Utc::now())
+            })
             .await?;
         metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(1);
         self.dispatch
@@ -312,7 +312,12 @@ impl ResultCollector {
         for (reply, applied) in replies.iter().copied().zip(applied) {
             let applied = if applied.0 == ReplyEffect::Broadcast {
                 self.hold_through_outage(cancel, || {
-                    self.store.record_broadcast_reply(reply, chrono::Utc::now())
+                    store::record_broadcast_reply(
+                        self.store.as_ref(),
+                        reply,
+                        chrono::Utc::now(),
+                        rand::random(),
+                    )
                 })
                 .await?
             } else {

@@ -1,6 +1,14 @@
 //! Durable state: jobs and runs, behind the [`Store`] trait with two implementations —
 //! SQLite (embedded default, one node) and PostgreSQL. Each backend keeps its own SQL in
-//! its own module; both pass the same test suite (`scheduler/tests/store_suite.rs`).
+//! its own module, split into the same files by concern (`rows`, `jobs`, `fire`, `runs`,
+//! `replies`, `reconcile`, `presence`, `retention`); both pass the same test suite
+//! (`scheduler/tests/store_suite/`).
+//!
+//! This file holds the trait and [`StoreError`]. Beside it: the types the trait speaks
+//! (`types.rs`), the SQL fragments both backends share (`sql.rs`), row decoding
+//! (`decode.rs`), opening a store from a URL (`open.rs`), and the decisions both backends
+//! share, free of I/O: the fire batch (`fire_plan.rs`), a job update (`update_plan.rs`) and
+//! a batch of replies (`reply_plan.rs`).
 //!
 //! The store is the source of truth. The timer only holds hints; [`Store::fire`] re-reads
 //! and locks the jobs it is asked to fire and decides from the stored rows.
@@ -8,12 +16,14 @@
 #[macro_use]
 mod sql;
 
+mod broadcast_receipt;
 mod decode;
 mod fire_plan;
 mod open;
 pub mod postgres;
 pub(crate) mod reply_plan;
 mod sqlite;
+pub mod test_support;
 pub mod testing;
 mod types;
 mod update_plan;
@@ -24,17 +34,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
-use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, HeartbeatMessage, ObserveMessage, PresenceMessage, Reply,
-    ResultMessage,
-};
+use chime_consumer::protocol::{AttemptRecord, Reply};
 
 pub use crate::domain::shard::ShardToken;
-use crate::domain::{
-    Job, JobSettings, LiveZones, Run, RunState, broadcast,
-    retry::{ResultVerdict, after_result},
-};
+use crate::domain::{Job, LiveZones, Run};
 
+pub use broadcast_receipt::record_broadcast_reply;
 pub(crate) use decode::{corrupt, decode_jobs, decode_runs, job_write_error, with_jobs};
 pub(crate) use fire_plan::plan_batch;
 pub use open::{Backend, open, open_backend};
@@ -142,6 +147,9 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a job and its runs; false if it did not exist.
     async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError>;
 
+    /// Every consumer group some job targets.
+    async fn target_groups(&self) -> Result<Vec<String>, StoreError>;
+
     /// Active jobs with a next fire time before `before`, at most `limit` of them from
     /// `after` on — the timer's look-ahead query, paged through [`DuePage::next`].
     /// `shards` limits it to jobs of those shards (`None`: every shard).
@@ -176,42 +184,9 @@ pub trait Store: Send + Sync + 'static {
     /// `scheduled` and is published again.
     async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError>;
 
-    /// Applies consumers' replies in order, in one transaction: acks, heartbeats and
-    /// results to their runs, presence messages and observer registrations. Returns what
-    /// each reply did; a failure applies none of them. Replies to broadcast runs come
-    /// back as [`ReplyEffect::Broadcast`], for [`Store::record_broadcast_reply`].
-    async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError>;
-
-    /// Applies one reply (see [`Store::record_replies`]).
-    async fn record_reply(&self, reply: &Reply) -> Result<ReplyApplied, StoreError> {
-        let mut applied = self.record_replies(&[reply]).await?;
-        Ok(applied.pop().expect("one outcome per reply"))
-    }
-
-    /// Applies a consumer's ack of the run's current attempt; the result (or a heartbeat)
-    /// is then due within the run timeout.
-    async fn record_ack(&self, ack: &AckMessage) -> Result<ReplyEffect, StoreError> {
-        Ok(self.record_reply(&Reply::Ack(ack.clone())).await?.0)
-    }
-
-    /// Applies a heartbeat of the run's current attempt: moves its deadline to a run
-    /// timeout from now and keeps any progress.
-    async fn record_heartbeat(
-        &self,
-        heartbeat: &HeartbeatMessage,
-    ) -> Result<ReplyEffect, StoreError> {
-        Ok(self
-            .record_reply(&Reply::Heartbeat(heartbeat.clone()))
-            .await?
-            .0)
-    }
-
-    /// Applies a consumer's result as [`after_result`] decides: success, a retry after
-    /// the job's backoff (`failed`), or `dead` with the dead letter pending. When applied,
-    /// also returns the run's new state.
-    async fn record_result(&self, result: &ResultMessage) -> Result<ReplyApplied, StoreError> {
-        self.record_reply(&Reply::Result(result.clone())).await
-    }
+    /// Which of `run_ids` are still `scheduled` (not confirmed, and their job not deleted):
+    /// checked before publishing a task that waited in memory.
+    async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError>;
 
     /// A run by id.
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError>;
@@ -219,9 +194,49 @@ pub trait Store: Send + Sync + 'static {
     /// A page of a job's runs.
     async fn list_runs(&self, job_id: Uuid, page: &RunPage) -> Result<Vec<Run>, StoreError>;
 
-    /// Which of `run_ids` are still `scheduled` (not confirmed, and their job not deleted):
-    /// checked before publishing a task that waited in memory.
-    async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError>;
+    /// Every item (run) of job `job_id`'s fire at `fire_time`, by shard.
+    async fn fire_items(
+        &self,
+        job_id: Uuid,
+        fire_time: DateTime<Utc>,
+    ) -> Result<Vec<Run>, StoreError>;
+
+    /// The rounds a batch of replies is applied in, as indices into `batch`: each round
+    /// goes to [`Store::record_replies`] as one transaction, and applying the rounds one
+    /// after the other is applying the batch in order (see [`reply_plan`]). The split is
+    /// the store's to make: on PostgreSQL, a transaction that updates one run twice takes
+    /// a key-share lock on its job again, in task order, which would deadlock with a fire
+    /// locking the same jobs in job order; within a round each run is written once.
+    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
+        reply_plan::rounds(batch)
+    }
+
+    /// Applies consumers' replies in order, in one transaction: acks, heartbeats and
+    /// results to their runs, presence messages and observer registrations. Returns what
+    /// each reply did; a failure applies none of them. Replies to broadcast runs come
+    /// back as [`ReplyEffect::Broadcast`], for [`record_broadcast_reply`]. `now` stamps
+    /// what the replies change (deadlines, retry times).
+    async fn record_replies(
+        &self,
+        batch: &[&Reply],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ReplyApplied>, StoreError>;
+
+    /// Locks run `run_id`, applies `change` to it (with its job's settings) and writes it
+    /// back if `change` returns true. Returns whether it changed and the run as it now
+    /// is; `None` if the run or its job does not exist. Used for broadcast runs, whose
+    /// transitions depend on every instance's receipt ([`crate::domain::broadcast`]).
+    async fn update_run(
+        &self,
+        run_id: Uuid,
+        change: &RunChange<'_>,
+    ) -> Result<Option<(bool, Run)>, StoreError>;
+
+    /// Appends `record` to run `run_id`'s history and changes nothing else: a note, such
+    /// as a reply about the run that the collector refused. A run's history takes at most
+    /// [`MAX_NOTES`] entries this way, so a misbehaving sender cannot grow it without end.
+    /// False if there is no such run or its history is that long already.
+    async fn note_on_run(&self, run_id: Uuid, record: &AttemptRecord) -> Result<bool, StoreError>;
 
     /// Runs past their `due_at` at `now`, most overdue first, with their jobs — except
     /// `scheduled` runs, which are overdue once their `due_at` is before
@@ -247,22 +262,6 @@ pub trait Store: Send + Sync + 'static {
         runs: &[NextAttempt<'_>],
         now: DateTime<Utc>,
     ) -> Result<HashSet<Uuid>, StoreError>;
-
-    /// [`Store::next_attempts`] for one run; false if it changed meanwhile.
-    async fn next_attempt(
-        &self,
-        run_id: Uuid,
-        expect: Expect,
-        record: Option<&AttemptRecord>,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let run = NextAttempt {
-            run_id,
-            expect,
-            record,
-        };
-        Ok(self.next_attempts(&[run], now).await?.contains(&run_id))
-    }
 
     /// Gives up a run found as `expect`: `dead` with `reason`, noting `record`. Unless
     /// `dead_lettered` (the broker already put it in a dead-letter queue), the dead
@@ -290,65 +289,8 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<HashSet<Uuid>, StoreError>;
 
-    /// Revives a `dead` run for a replay from a dead-letter queue: `scheduled` as
-    /// attempt + 1, with a `replayed` entry in its history (a conditional
-    /// [`Store::next_attempt`], so two concurrent replays revive it once).
-    async fn replay_run(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Replay, StoreError> {
-        let Some(mut run) = self.get_run(run_id).await? else {
-            return Ok(Replay::Unknown);
-        };
-        if run.state != RunState::Dead {
-            return Ok(Replay::NotDead(run.state));
-        }
-        let record = replay_record(run.attempt + 1, now);
-        let expect = Expect::exactly(RunState::Dead, run.attempt);
-        if !self
-            .next_attempt(run_id, expect, Some(&record), now)
-            .await?
-        {
-            let state = self.get_run(run_id).await?.map(|r| r.state);
-            return Ok(state.map_or(Replay::Unknown, Replay::NotDead));
-        }
-        let Some(job) = self.get_job(run.job_id).await? else {
-            return Ok(Replay::Unknown);
-        };
-        run.state = RunState::Scheduled;
-        run.attempt += 1;
-        run.due_at = Some(now);
-        run.history.push(record);
-        Ok(Replay::Revived(Box::new(OverdueRun { run, job })))
-    }
-
-    /// Every consumer group some job targets.
-    async fn target_groups(&self) -> Result<Vec<String>, StoreError>;
-
-    /// Locks run `run_id`, applies `change` to it (with its job's settings) and writes it
-    /// back if `change` returns true. Returns whether it changed and the run as it now
-    /// is; `None` if the run or its job does not exist. Used for broadcast runs, whose
-    /// transitions depend on every instance's receipt ([`crate::domain::broadcast`]).
-    async fn update_run(
-        &self,
-        run_id: Uuid,
-        change: &RunChange<'_>,
-    ) -> Result<Option<(bool, Run)>, StoreError>;
-
-    /// Records a consumer instance's presence message.
-    async fn record_presence(&self, presence: &PresenceMessage) -> Result<(), StoreError> {
-        self.record_reply(&Reply::Presence(presence.clone()))
-            .await
-            .map(drop)
-    }
-
     /// The zones whose consumers sent a presence message since `since`, by group.
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError>;
-
-    /// Records an observer's registration: each of its patterns is seen at `observe.at`
-    /// (a pattern already seen later keeps its later time).
-    async fn record_observer(&self, observe: &ObserveMessage) -> Result<(), StoreError> {
-        self.record_reply(&Reply::Observe(observe.clone()))
-            .await
-            .map(drop)
-    }
 
     /// Every distinct pattern some observer registered since `since`.
     async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError>;
@@ -356,12 +298,6 @@ pub trait Store: Send + Sync + 'static {
     /// Every observer with a registration on record (whatever its age), by name, each
     /// once: the observers whose queues and dead-letter queues Chime knows of.
     async fn observer_names(&self) -> Result<Vec<String>, StoreError>;
-
-    /// Appends `record` to run `run_id`'s history and changes nothing else: a note, such
-    /// as a reply about the run that the collector refused. A run's history takes at most
-    /// [`MAX_NOTES`] entries this way, so a misbehaving sender cannot grow it without end.
-    /// False if there is no such run or its history is that long already.
-    async fn note_on_run(&self, run_id: Uuid, record: &AttemptRecord) -> Result<bool, StoreError>;
 
     /// Deletes at most `limit` finished runs — `succeeded`, or `dead` with the dead letter
     /// no longer pending — that finished before `cutoff`, oldest first, in one short
@@ -378,100 +314,4 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes at most `limit` observer patterns last registered before `cutoff`, oldest
     /// first, in one short transaction. Returns how many.
     async fn prune_observers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
-
-    /// Every item (run) of job `job_id`'s fire at `fire_time`, by shard.
-    async fn fire_items(
-        &self,
-        job_id: Uuid,
-        fire_time: DateTime<Utc>,
-    ) -> Result<Vec<Run>, StoreError>;
-
-    /// Applies an ack, heartbeat or result to a broadcast run as the instance's receipt
-    /// (see [`crate::domain::broadcast`]). Also returns the run's new state when the reply
-    /// decided the run.
-    async fn record_broadcast_reply(
-        &self,
-        reply: &Reply,
-        now: DateTime<Utc>,
-    ) -> Result<(ReplyEffect, Option<RunState>), StoreError> {
-        let Some(run_id) = reply.task_id() else {
-            return Ok((ReplyEffect::UnknownRun, None));
-        };
-        let unit = rand::random::<f64>();
-        let change = |run: &mut Run, settings: &JobSettings| {
-            if run.mode != crate::domain::DeliveryMode::Broadcast {
-                return false;
-            }
-            match reply {
-                Reply::Ack(ack) => broadcast::apply_ack(run, settings, ack, now),
-                Reply::Heartbeat(beat) => broadcast::apply_heartbeat(run, settings, beat, now),
-                Reply::Result(result) => broadcast::apply_result(run, settings, result, now, unit),
-                Reply::Presence(_) | Reply::Observe(_) => false,
-            }
-        };
-        Ok(match self.update_run(run_id, &change).await? {
-            None => (ReplyEffect::UnknownRun, None),
-            Some((false, _)) => (ReplyEffect::Stale, None),
-            Some((true, run)) => (
-                ReplyEffect::Applied,
-                matches!(
-                    run.state,
-                    RunState::Succeeded | RunState::Failed | RunState::Dead
-                )
-                .then_some(run.state),
-            ),
-        })
-    }
-
-    /// Decides a broadcast run whose `due_at` passed (see [`broadcast::settle`]); returns
-    /// the run when that finished its attempt (`succeeded`, `failed` or `dead`).
-    async fn settle_broadcast(
-        &self,
-        run_id: Uuid,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Run>, StoreError> {
-        let unit = rand::random::<f64>();
-        let change = |run: &mut Run, settings: &JobSettings| {
-            let due = run.due_at;
-            broadcast::settle(run, settings, now, unit).is_some() || run.due_at != due
-        };
-        Ok(match self.update_run(run_id, &change).await? {
-            Some((true, run)) if !matches!(run.state, RunState::Dispatched | RunState::Acked) => {
-                Some(run)
-            }
-            _ => None,
-        })
-    }
-}
-
-/// What a result does to a run in `state` at `attempt` of a job with `settings`; shared
-/// by both backends' result transactions.
-pub(crate) fn result_verdict(
-    state: RunState,
-    attempt: u32,
-    settings: &JobSettings,
-    result: &ResultMessage,
-    now: DateTime<Utc>,
-) -> ResultVerdict {
-    after_result(
-        state,
-        attempt,
-        result,
-        settings.max_attempts,
-        &settings.backoff,
-        now,
-        rand::random::<f64>(),
-    )
-}
-
-/// The history entry of a replay from a dead-letter queue.
-fn replay_record(attempt: u32, now: DateTime<Utc>) -> AttemptRecord {
-    AttemptRecord {
-        attempt,
-        event: "replayed".into(),
-        at: now,
-        consumer: None,
-        error: Some("replayed from the dead-letter queue".into()),
-        retry_at: None,
-    }
 }

@@ -28,10 +28,30 @@ use chime_consumer::protocol::{
 use crate::{
     domain::{
         JobSettings, RunState,
-        retry::{ResultVerdict, after_success},
+        retry::{ResultVerdict, after_result, after_success},
     },
-    store::{ReplyApplied, ReplyEffect, StoreError, corrupt, result_verdict},
+    store::{ReplyApplied, ReplyEffect, StoreError, corrupt},
 };
+
+/// What a result does to a run in `state` at `attempt` of a job with `settings`; decided
+/// in [`plan_round`] for both backends.
+fn result_verdict(
+    state: RunState,
+    attempt: u32,
+    settings: &JobSettings,
+    result: &ResultMessage,
+    now: DateTime<Utc>,
+) -> ResultVerdict {
+    after_result(
+        state,
+        attempt,
+        result,
+        settings.max_attempts,
+        &settings.backoff,
+        now,
+        rand::random::<f64>(),
+    )
+}
 
 /// One round of a batch: indices into the batch, ordered by task.
 pub(crate) type Round = Vec<usize>;

@@ -114,7 +114,7 @@ pub enum ReplyEffect {
     /// No such run (its job was deleted, or the reply is bogus).
     UnknownRun,
     /// Nothing was applied because the run is a broadcast run: its replies are per
-    /// instance, applied with [`Store::record_broadcast_reply`](super::Store::record_broadcast_reply).
+    /// instance, applied with [`record_broadcast_reply`](super::record_broadcast_reply).
     Broadcast,
 }
 

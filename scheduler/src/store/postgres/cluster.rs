@@ -1,24 +1,23 @@
 //! Cluster coordination in PostgreSQL: the shard count, the node registry, shard leases
 //! with fencing tokens, and the notification channels that wake other nodes. Every expiry
-//! is computed with the database's clock (`now()`), never a node's.
+//! is computed with the database's clock (`now()`), never a node's. The functions take
+//! the pool; [`PostgresStore`](super::PostgresStore) offers them as methods.
 
-use std::{
-    collections::{BTreeSet, HashSet},
-    time::Duration,
-};
-
-use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres, Row, Transaction, postgres::PgListener};
-use uuid::Uuid;
-
-use super::PostgresStore;
 use crate::{
     domain::shard::{LeaseView, ShardToken, shard_of},
     store::StoreError,
 };
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Row, Transaction, postgres::PgListener};
+use std::{
+    collections::{BTreeSet, HashSet},
+    time::Duration,
+};
+use uuid::Uuid;
 
 /// Notified with a job id whenever a job is created, changed or deleted.
 pub const JOBS_CHANNEL: &str = "chime_jobs";
+
 /// Notified whenever a node joins, leaves or releases shards.
 pub const CLUSTER_CHANNEL: &str = "chime_cluster";
 
@@ -129,229 +128,236 @@ pub(super) async fn prove_leases(
     Ok(proven.into_iter().map(|s| s as u32).collect())
 }
 
-impl PostgresStore {
-    /// Registers `node` or refreshes its heartbeat.
-    pub async fn heartbeat(&self, node: &str, http_addr: &str) -> Result<(), StoreError> {
-        let inserted: bool = sqlx::query_scalar(
-            "INSERT INTO nodes (id, http_addr) VALUES ($1, $2)
-             ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), http_addr = $2
-             RETURNING (xmax = 0)",
-        )
-        .bind(node)
-        .bind(http_addr)
-        .fetch_one(&self.pool)
-        .await?;
-        if inserted {
-            self.notify_cluster().await?;
-        }
-        Ok(())
+/// Registers `node` or refreshes its heartbeat.
+pub(super) async fn heartbeat(
+    pool: &PgPool,
+    node: &str,
+    http_addr: &str,
+) -> Result<(), StoreError> {
+    let inserted: bool = sqlx::query_scalar(
+        "INSERT INTO nodes (id, http_addr) VALUES ($1, $2)
+         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), http_addr = $2
+         RETURNING (xmax = 0)",
+    )
+    .bind(node)
+    .bind(http_addr)
+    .fetch_one(pool)
+    .await?;
+    if inserted {
+        notify_cluster(pool).await?;
     }
+    Ok(())
+}
 
-    /// Ids of nodes whose heartbeat is younger than `ttl`.
-    pub async fn live_nodes(&self, ttl: Duration) -> Result<BTreeSet<String>, StoreError> {
-        let ids: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM nodes WHERE heartbeat_at > now() - $1 * interval '1 second'",
-        )
-        .bind(seconds(ttl))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(ids.into_iter().collect())
-    }
+/// Ids of nodes whose heartbeat is younger than `ttl`.
+pub(super) async fn live_nodes(
+    pool: &PgPool,
+    ttl: Duration,
+) -> Result<BTreeSet<String>, StoreError> {
+    let ids: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM nodes WHERE heartbeat_at > now() - $1 * interval '1 second'",
+    )
+    .bind(seconds(ttl))
+    .fetch_all(pool)
+    .await?;
+    Ok(ids.into_iter().collect())
+}
 
-    /// Every lease row, as the rebalancer needs it.
-    pub async fn lease_table(&self) -> Result<Vec<LeaseView>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT shard, owner, expires_at <= now() AS expired FROM shard_leases ORDER BY shard",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(LeaseView {
-                    shard: row.try_get::<i32, _>("shard")? as u32,
-                    owner: row.try_get("owner")?,
-                    expired: row.try_get("expired")?,
-                })
+/// Every lease row, as the rebalancer needs it.
+pub(super) async fn lease_table(pool: &PgPool) -> Result<Vec<LeaseView>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT shard, owner, expires_at <= now() AS expired FROM shard_leases ORDER BY shard",
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(LeaseView {
+                shard: row.try_get::<i32, _>("shard")? as u32,
+                owner: row.try_get("owner")?,
+                expired: row.try_get("expired")?,
             })
-            .collect()
-    }
+        })
+        .collect()
+}
 
-    /// Extends `node`'s leases by `ttl` from the database's now; returns the ones still
-    /// held with the same token (the others were lost).
-    pub async fn renew_leases(
-        &self,
-        node: &str,
-        held: &[ShardToken],
-        ttl: Duration,
-    ) -> Result<Vec<ShardToken>, StoreError> {
-        if held.is_empty() {
-            return Ok(Vec::new());
-        }
-        let shards: Vec<i32> = held.iter().map(|t| t.shard as i32).collect();
-        let tokens: Vec<i64> = held.iter().map(|t| t.token).collect();
-        let rows = sqlx::query(
-            "UPDATE shard_leases l SET expires_at = now() + $4 * interval '1 second'
-             FROM UNNEST($2::int[], $3::bigint[]) AS f(shard, token)
-             WHERE l.shard = f.shard AND l.token = f.token AND l.owner = $1
-             RETURNING l.shard, l.token",
-        )
-        .bind(node)
-        .bind(&shards)
-        .bind(&tokens)
-        .bind(seconds(ttl))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ShardToken::new(
+/// Extends `node`'s leases by `ttl` from the database's now; returns the ones still
+/// held with the same token (the others were lost).
+pub(super) async fn renew_leases(
+    pool: &PgPool,
+    node: &str,
+    held: &[ShardToken],
+    ttl: Duration,
+) -> Result<Vec<ShardToken>, StoreError> {
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let shards: Vec<i32> = held.iter().map(|t| t.shard as i32).collect();
+    let tokens: Vec<i64> = held.iter().map(|t| t.token).collect();
+    let rows = sqlx::query(
+        "UPDATE shard_leases l SET expires_at = now() + $4 * interval '1 second'
+         FROM UNNEST($2::int[], $3::bigint[]) AS f(shard, token)
+         WHERE l.shard = f.shard AND l.token = f.token AND l.owner = $1
+         RETURNING l.shard, l.token",
+    )
+    .bind(node)
+    .bind(&shards)
+    .bind(&tokens)
+    .bind(seconds(ttl))
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(ShardToken::new(
+                row.try_get::<i32, _>("shard")? as u32,
+                row.try_get("token")?,
+            ))
+        })
+        .collect()
+}
+
+/// Takes up to `count` of `candidates` that are free or expired, in the given order,
+/// each with a new fencing token.
+pub(super) async fn acquire_leases(
+    pool: &PgPool,
+    node: &str,
+    candidates: &[u32],
+    count: usize,
+    ttl: Duration,
+) -> Result<Vec<Acquired>, StoreError> {
+    if candidates.is_empty() || count == 0 {
+        return Ok(Vec::new());
+    }
+    let candidates: Vec<i32> = candidates.iter().map(|s| *s as i32).collect();
+    let rows = sqlx::query(
+        "WITH picked AS (
+             SELECT shard, owner AS previous, expires_at AS previous_expiry
+             FROM shard_leases
+             WHERE shard = ANY($2) AND (owner IS NULL OR expires_at <= now())
+             ORDER BY array_position($2, shard)
+             LIMIT $3
+             FOR UPDATE SKIP LOCKED)
+         UPDATE shard_leases l
+         SET owner = $1, token = l.token + 1, acquired_at = now(),
+             expires_at = now() + $4 * interval '1 second'
+         FROM picked WHERE l.shard = picked.shard
+         RETURNING l.shard, l.token, picked.previous,
+             CASE WHEN picked.previous IS NULL THEN NULL
+                  ELSE EXTRACT(EPOCH FROM now() - picked.previous_expiry)::float8 END
+                 AS expired_for_s",
+    )
+    .bind(node)
+    .bind(&candidates)
+    .bind(count as i64)
+    .bind(seconds(ttl))
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(Acquired {
+                lease: ShardToken::new(
                     row.try_get::<i32, _>("shard")? as u32,
                     row.try_get("token")?,
-                ))
+                ),
+                previous_owner: row.try_get("previous")?,
+                expired_for_s: row.try_get("expired_for_s")?,
             })
-            .collect()
-    }
+        })
+        .collect()
+}
 
-    /// Takes up to `count` of `candidates` that are free or expired, in the given order,
-    /// each with a new fencing token.
-    pub async fn acquire_leases(
-        &self,
-        node: &str,
-        candidates: &[u32],
-        count: usize,
-        ttl: Duration,
-    ) -> Result<Vec<Acquired>, StoreError> {
-        if candidates.is_empty() || count == 0 {
-            return Ok(Vec::new());
-        }
-        let candidates: Vec<i32> = candidates.iter().map(|s| *s as i32).collect();
-        let rows = sqlx::query(
-            "WITH picked AS (
-                 SELECT shard, owner AS previous, expires_at AS previous_expiry
-                 FROM shard_leases
-                 WHERE shard = ANY($2) AND (owner IS NULL OR expires_at <= now())
-                 ORDER BY array_position($2, shard)
-                 LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-             UPDATE shard_leases l
-             SET owner = $1, token = l.token + 1, acquired_at = now(),
-                 expires_at = now() + $4 * interval '1 second'
-             FROM picked WHERE l.shard = picked.shard
-             RETURNING l.shard, l.token, picked.previous,
-                 CASE WHEN picked.previous IS NULL THEN NULL
-                      ELSE EXTRACT(EPOCH FROM now() - picked.previous_expiry)::float8 END
-                     AS expired_for_s",
-        )
-        .bind(node)
-        .bind(&candidates)
-        .bind(count as i64)
-        .bind(seconds(ttl))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Acquired {
-                    lease: ShardToken::new(
-                        row.try_get::<i32, _>("shard")? as u32,
-                        row.try_get("token")?,
-                    ),
-                    previous_owner: row.try_get("previous")?,
-                    expired_for_s: row.try_get("expired_for_s")?,
-                })
-            })
-            .collect()
+/// Hands `shards` back (only those `node` still holds) and wakes the other nodes.
+pub(super) async fn release_leases(
+    pool: &PgPool,
+    node: &str,
+    shards: &[u32],
+) -> Result<(), StoreError> {
+    if shards.is_empty() {
+        return Ok(());
     }
+    let shards: Vec<i32> = shards.iter().map(|s| *s as i32).collect();
+    sqlx::query(
+        "UPDATE shard_leases SET owner = NULL, expires_at = '-infinity'
+         WHERE owner = $1 AND shard = ANY($2)",
+    )
+    .bind(node)
+    .bind(&shards)
+    .execute(pool)
+    .await?;
+    notify_cluster(pool).await
+}
 
-    /// Hands `shards` back (only those `node` still holds) and wakes the other nodes.
-    pub async fn release_leases(&self, node: &str, shards: &[u32]) -> Result<(), StoreError> {
-        if shards.is_empty() {
-            return Ok(());
-        }
-        let shards: Vec<i32> = shards.iter().map(|s| *s as i32).collect();
-        sqlx::query(
-            "UPDATE shard_leases SET owner = NULL, expires_at = '-infinity'
-             WHERE owner = $1 AND shard = ANY($2)",
-        )
-        .bind(node)
-        .bind(&shards)
-        .execute(&self.pool)
-        .await?;
-        self.notify_cluster().await
-    }
-
-    /// Releases every lease of `node`, removes it from the registry and wakes the others.
-    pub async fn leave(&self, node: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "UPDATE shard_leases SET owner = NULL, expires_at = '-infinity' WHERE owner = $1",
-        )
+/// Releases every lease of `node`, removes it from the registry and wakes the others.
+pub(super) async fn leave(pool: &PgPool, node: &str) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("UPDATE shard_leases SET owner = NULL, expires_at = '-infinity' WHERE owner = $1")
         .bind(node)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM nodes WHERE id = $1")
-            .bind(node)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("SELECT pg_notify($1, 'leave')")
-            .bind(CLUSTER_CHANNEL)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Drops registry rows of nodes silent for longer than `after` (their leases expired
-    /// long ago; this only keeps `/v1/cluster` short).
-    pub async fn forget_silent_nodes(&self, after: Duration) -> Result<u64, StoreError> {
-        Ok(
-            sqlx::query("DELETE FROM nodes WHERE heartbeat_at < now() - $1 * interval '1 second'")
-                .bind(seconds(after))
-                .execute(&self.pool)
-                .await?
-                .rows_affected(),
-        )
-    }
-
-    /// The registry with each node's unexpired shards; `ttl` decides liveness.
-    pub async fn nodes(&self, ttl: Duration) -> Result<Vec<NodeRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT n.id, n.http_addr, n.started_at, n.heartbeat_at,
-                    n.heartbeat_at > now() - $1 * interval '1 second' AS live,
-                    COALESCE(array_agg(l.shard ORDER BY l.shard)
-                             FILTER (WHERE l.shard IS NOT NULL), '{}') AS shards
-             FROM nodes n
-             LEFT JOIN shard_leases l ON l.owner = n.id AND l.expires_at > now()
-             GROUP BY n.id ORDER BY n.id",
-        )
-        .bind(seconds(ttl))
-        .fetch_all(&self.pool)
+    sqlx::query("DELETE FROM nodes WHERE id = $1")
+        .bind(node)
+        .execute(&mut *tx)
         .await?;
-        rows.iter()
-            .map(|row| {
-                let shards: Vec<i32> = row.try_get("shards")?;
-                Ok(NodeRow {
-                    id: row.try_get("id")?,
-                    http_addr: row.try_get("http_addr")?,
-                    started_at: row.try_get("started_at")?,
-                    heartbeat_at: row.try_get("heartbeat_at")?,
-                    live: row.try_get("live")?,
-                    shards: shards.into_iter().map(|s| s as u32).collect(),
-                })
+    sqlx::query("SELECT pg_notify($1, 'leave')")
+        .bind(CLUSTER_CHANNEL)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Drops registry rows of nodes silent for longer than `after` (their leases expired
+/// long ago; this only keeps `/v1/cluster` short).
+pub(super) async fn forget_silent_nodes(pool: &PgPool, after: Duration) -> Result<u64, StoreError> {
+    Ok(
+        sqlx::query("DELETE FROM nodes WHERE heartbeat_at < now() - $1 * interval '1 second'")
+            .bind(seconds(after))
+            .execute(pool)
+            .await?
+            .rows_affected(),
+    )
+}
+
+/// The registry with each node's unexpired shards; `ttl` decides liveness.
+pub(super) async fn nodes(pool: &PgPool, ttl: Duration) -> Result<Vec<NodeRow>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT n.id, n.http_addr, n.started_at, n.heartbeat_at,
+                n.heartbeat_at > now() - $1 * interval '1 second' AS live,
+                COALESCE(array_agg(l.shard ORDER BY l.shard)
+                         FILTER (WHERE l.shard IS NOT NULL), '{}') AS shards
+         FROM nodes n
+         LEFT JOIN shard_leases l ON l.owner = n.id AND l.expires_at > now()
+         GROUP BY n.id ORDER BY n.id",
+    )
+    .bind(seconds(ttl))
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let shards: Vec<i32> = row.try_get("shards")?;
+            Ok(NodeRow {
+                id: row.try_get("id")?,
+                http_addr: row.try_get("http_addr")?,
+                started_at: row.try_get("started_at")?,
+                heartbeat_at: row.try_get("heartbeat_at")?,
+                live: row.try_get("live")?,
+                shards: shards.into_iter().map(|s| s as u32).collect(),
             })
-            .collect()
-    }
+        })
+        .collect()
+}
 
-    /// A listener on the job and cluster channels (its own connection).
-    pub async fn listener(&self) -> Result<PgListener, StoreError> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
-        listener.listen_all([JOBS_CHANNEL, CLUSTER_CHANNEL]).await?;
-        Ok(listener)
-    }
+/// A listener on the job and cluster channels (its own connection).
+pub(super) async fn listener(pool: &PgPool) -> Result<PgListener, StoreError> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen_all([JOBS_CHANNEL, CLUSTER_CHANNEL]).await?;
+    Ok(listener)
+}
 
-    async fn notify_cluster(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT pg_notify($1, 'change')")
-            .bind(CLUSTER_CHANNEL)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
+pub(super) async fn notify_cluster(pool: &PgPool) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_notify($1, 'change')")
+        .bind(CLUSTER_CHANNEL)
+        .execute(pool)
+        .await?;
+    Ok(())
 }

@@ -21,7 +21,7 @@ use crate::{
     },
 };
 
-use super::MAX_SET_ROWS;
+use super::rows::MAX_SET_ROWS;
 
 /// Applies `batch` at `now`, round by round (see [`reply_plan`]; a long round in parts of
 /// [`MAX_SET_ROWS`]): per part one statement locks and reads its runs in id order, one

@@ -223,8 +223,11 @@ impl Store for SqliteStore {
         runs::note_publish_failure(&self.writer, run_id, reason).await
     }
 
-    async fn record_replies(&self, batch: &[&Reply]) -> Result<Vec<ReplyApplied>, StoreError> {
-        let now = Utc::now();
+    async fn record_replies(
+        &self,
+        batch: &[&Reply],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ReplyApplied>, StoreError> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let applied = replies::record_replies(&mut tx, batch, now).await?;
         tx.commit().await?;

@@ -1,0 +1,201 @@
+//! Jobs on PostgreSQL: create, read, page, update (withdrawing fires armed ahead, see
+//! [`crate::store::update_plan`]) and delete, each change notified to every node's timer.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, types::Json};
+use uuid::Uuid;
+
+use super::cluster;
+use super::rows::job_from_row;
+use crate::domain::Job;
+use crate::domain::shard::shard_of;
+use crate::store::{JobPage, StoreError, job_write_error, update_plan};
+
+/// Tells every node's timer that a job changed (delivered when the caller's statement
+/// has committed: each write here is its own transaction).
+pub(super) async fn notify_job_changed(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(cluster::JOBS_CHANNEL)
+        .bind(id.to_string())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn insert_job(
+    pool: &PgPool,
+    shard_count: u32,
+    job: &Job,
+) -> Result<(), StoreError> {
+    let result = sqlx::query(concat!(
+        "INSERT INTO jobs (",
+        job_columns!(),
+        ", shard, due_bound) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $7)"
+    ))
+    .bind(job.id)
+    .bind(&job.spec.app)
+    .bind(&job.spec.name)
+    .bind(Json(&job.spec.settings))
+    .bind(job.spec.paused)
+    .bind(job.version)
+    .bind(job.next_fire_at)
+    .bind(job.created_at)
+    .bind(job.updated_at)
+    .bind(shard_of(job.id, shard_count) as i32)
+    .execute(pool)
+    .await;
+    result.map_err(|e| job_write_error(e, job))?;
+    notify_job_changed(pool, job.id).await
+}
+
+pub(super) async fn get_job(pool: &PgPool, id: Uuid) -> Result<Option<Job>, StoreError> {
+    sqlx::query(concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM jobs WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(pool)
+    .await?
+    .as_ref()
+    .map(job_from_row)
+    .transpose()
+}
+
+pub(super) async fn list_jobs(pool: &PgPool, page: &JobPage) -> Result<Vec<Job>, StoreError> {
+    sqlx::query(concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM jobs WHERE ($1::text IS NULL OR app = $1) AND ($2::uuid IS NULL OR id > $2)
+          ORDER BY id LIMIT $3"
+    ))
+    .bind(&page.app)
+    .bind(page.after)
+    .bind(i64::from(page.limit))
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(job_from_row)
+    .collect()
+}
+
+pub(super) async fn update_job(
+    pool: &PgPool,
+    job: &Job,
+    expected_version: i64,
+    set_next_fire: bool,
+) -> Result<Job, StoreError> {
+    let mut tx = pool.begin().await?;
+    let stored_overlap: Option<String> =
+        sqlx::query_scalar("SELECT settings->>'overlap' FROM jobs WHERE id = $1 FOR UPDATE")
+            .bind(job.id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .flatten();
+    let becomes_forbid = update_plan::becomes_forbid(job, stored_overlap.as_deref());
+    let updated = sqlx::query(concat!(
+        "UPDATE jobs SET app = $1, name = $2, settings = $3, paused = $4, version = $5,
+             next_fire_at = CASE WHEN $6 THEN $7 ELSE next_fire_at END,
+             due_bound = CASE WHEN $6 THEN $7 ELSE due_bound END, updated_at = $8
+         WHERE id = $9 AND version = $10 RETURNING ",
+        job_columns!()
+    ))
+    .bind(&job.spec.app)
+    .bind(&job.spec.name)
+    .bind(Json(&job.spec.settings))
+    .bind(job.spec.paused)
+    .bind(job.version)
+    .bind(set_next_fire)
+    .bind(job.next_fire_at)
+    .bind(job.updated_at)
+    .bind(job.id)
+    .bind(expected_version)
+    .fetch_optional(&mut *tx)
+    .await;
+    match updated {
+        Ok(Some(row)) => {
+            if becomes_forbid {
+                // Its unfinished runs were recorded under `allow`: from now on its
+                // fires wait for them too.
+                sqlx::query(concat!(
+                    "UPDATE runs SET overlap = 'forbid'
+                     WHERE job_id = $1 AND overlap <> 'forbid' AND ",
+                    unfinished_runs!()
+                ))
+                .bind(job.id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            let withdrawn: Vec<DateTime<Utc>> = sqlx::query_scalar(
+                "DELETE FROM runs WHERE job_id = $1 AND fire_time > $2 AND state = 'scheduled'
+                   AND attempt = 1 AND trigger = 'schedule'
+                 RETURNING fire_time",
+            )
+            .bind(job.id)
+            .bind(job.updated_at)
+            .fetch_all(&mut *tx)
+            .await?;
+            let row = match update_plan::rewind_to(withdrawn, set_next_fire) {
+                // Armed again from the new definition when it comes due.
+                Some(earliest) => {
+                    sqlx::query(concat!(
+                        "UPDATE jobs SET next_fire_at = LEAST(next_fire_at, $2),
+                             due_bound = LEAST(due_bound, $2)
+                         WHERE id = $1 RETURNING ",
+                        job_columns!()
+                    ))
+                    .bind(job.id)
+                    .bind(earliest)
+                    .fetch_one(&mut *tx)
+                    .await?
+                }
+                None => row,
+            };
+            tx.commit().await?;
+            notify_job_changed(pool, job.id).await?;
+            return job_from_row(&row);
+        }
+        Ok(None) => {}
+        Err(e) => return Err(job_write_error(e, job)),
+    }
+    let current: Option<i64> = sqlx::query_scalar("SELECT version FROM jobs WHERE id = $1")
+        .bind(job.id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    Err(update_plan::update_missed(
+        job.id,
+        expected_version,
+        current,
+    ))
+}
+
+pub(super) async fn delete_job(pool: &PgPool, id: Uuid) -> Result<bool, StoreError> {
+    let deleted = sqlx::query("DELETE FROM jobs WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    if deleted == 1 {
+        notify_job_changed(pool, id).await?;
+    }
+    Ok(deleted == 1)
+}
+
+pub(super) async fn target_groups(pool: &PgPool) -> Result<Vec<String>, StoreError> {
+    // A skip scan of `jobs_target_group`: one index probe per group, not a read of
+    // every job.
+    Ok(sqlx::query_scalar(
+        "WITH RECURSIVE groups AS (
+             (SELECT settings->'target'->>'group' AS grp FROM jobs
+              ORDER BY settings->'target'->>'group' LIMIT 1)
+             UNION ALL
+             SELECT (SELECT settings->'target'->>'group' FROM jobs
+                     WHERE settings->'target'->>'group' > groups.grp
+                     ORDER BY settings->'target'->>'group' LIMIT 1)
+             FROM groups WHERE groups.grp IS NOT NULL
+         )
+         SELECT grp FROM groups WHERE grp IS NOT NULL",
+    )
+    .fetch_all(pool)
+    .await?)
+}
