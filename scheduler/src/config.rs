@@ -4,7 +4,10 @@
 
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
 
+mod settings;
 pub mod urls;
+
+pub use settings::{SETTINGS, Setting};
 
 use crate::{
     cluster::ClusterSettings, daemon::http::HttpSettings, dispatch::ObserverCopies,
@@ -12,209 +15,66 @@ use crate::{
 };
 pub use crate::{dispatch::MIN_REPUBLISH_AFTER, telemetry::LogFormat};
 
-/// One configuration key.
-#[derive(Debug, Clone, Copy)]
-pub struct Setting {
-    /// Key in the TOML file.
-    pub key: &'static str,
-    /// Environment variable.
-    pub env: &'static str,
-    /// Default value, as text.
-    pub default: &'static str,
-    /// What it does.
-    pub doc: &'static str,
-}
-
-/// Every setting `chimed` reads.
-pub const SETTINGS: &[Setting] = &[
-    Setting {
-        key: "database_url",
-        env: "CHIME_DATABASE_URL",
-        default: "sqlite://chime.db",
-        doc: "store: sqlite://FILE (single node, created if missing) or postgres://USER:PASS@HOST/DB",
-    },
-    Setting {
-        key: "amqp_url",
-        env: "CHIME_AMQP_URL",
-        default: "amqp://guest:guest@127.0.0.1:5672/%2f",
-        doc: "RabbitMQ connection URL",
-    },
-    Setting {
-        key: "http_addr",
-        env: "CHIME_HTTP_ADDR",
-        default: "127.0.0.1:8080",
-        doc: "address of the HTTP API, /metrics and health checks",
-    },
-    Setting {
-        key: "http_header_timeout",
-        env: "CHIME_HTTP_HEADER_TIMEOUT",
-        default: "10s",
-        doc: "an API connection must send a request's complete headers within this of opening, and of its previous answer (so it is also the keep-alive idle timeout), or it is closed; 1s to 10m",
-    },
-    Setting {
-        key: "http_max_connections",
-        env: "CHIME_HTTP_MAX_CONNECTIONS",
-        default: "1024",
-        doc: "API connections served at once; more wait in the kernel's accept queue until one closes; 1 to 65536",
-    },
-    Setting {
-        key: "payload_limit",
-        env: "CHIME_PAYLOAD_LIMIT",
-        default: "256KiB",
-        doc: "largest job payload (JSON bytes); accepts B, KiB, MiB",
-    },
-    Setting {
-        key: "lookahead",
-        env: "CHIME_LOOKAHEAD",
-        default: "30s",
-        doc: "how far ahead the timer holds due jobs in memory",
-    },
-    Setting {
-        key: "fire_ahead",
-        env: "CHIME_FIRE_AHEAD",
-        default: "2s",
-        doc: "how far ahead of their time fires are recorded (armed), so a herd of jobs due together only has to be published at its instant; 0s records each fire when due",
-    },
-    Setting {
-        key: "observer_copies",
-        env: "CHIME_OBSERVER_COPIES",
-        default: "registered",
-        doc: "which tasks get a copy on chime.topics: registered (only those an observer's registered pattern matches) or all (every task, for observers that do not register)",
-    },
-    Setting {
-        key: "misfire_grace",
-        env: "CHIME_MISFIRE_GRACE",
-        default: "5s",
-        doc: "a fire later than this counts as missed and follows the job's misfire policy",
-    },
-    Setting {
-        key: "republish_after",
-        env: "CHIME_REPUBLISH_AFTER",
-        default: "10s",
-        doc: "publish a recorded run again when the broker has not confirmed it after this long",
-    },
-    Setting {
-        key: "takeover_ack_wait",
-        env: "CHIME_TAKEOVER_ACK_WAIT",
-        default: "500ms",
-        doc: "how long a takeover (or start) pass waits for acks of the previous owner's past-due unmarked runs before publishing them again; 0s publishes at once (0s – 2s)",
-    },
-    Setting {
-        key: "reconcile_interval",
-        env: "CHIME_RECONCILE_INTERVAL",
-        default: "1s",
-        doc: "how often the reconciler looks for overdue runs (ack and run timeouts, retries due, dead letters to publish)",
-    },
-    Setting {
-        key: "run_retention",
-        env: "CHIME_RUN_RETENTION",
-        default: "7d",
-        doc: "finished runs (succeeded, or dead with the dead letter published) older than this are deleted in small batches; 0s keeps them forever, otherwise at least 1h",
-    },
-    Setting {
-        key: "node_name",
-        env: "CHIME_NODE_NAME",
-        default: "",
-        doc: "this node's name in the cluster (default: the host name); a random suffix keeps each process distinct",
-    },
-    Setting {
-        key: "shard_count",
-        env: "CHIME_SHARD_COUNT",
-        default: "256",
-        doc: "shards of a new PostgreSQL cluster (fixed when the first node starts; later nodes use the stored count)",
-    },
-    Setting {
-        key: "lease_ttl",
-        env: "CHIME_LEASE_TTL",
-        default: "2s",
-        doc: "shard lease lifetime after each renewal (database clock); a dead node's shards are taken over after this",
-    },
-    Setting {
-        key: "lease_renew_interval",
-        env: "CHIME_LEASE_RENEW_INTERVAL",
-        default: "500ms",
-        doc: "how often a node renews its leases and rebalances; at most a third of lease_ttl",
-    },
-    Setting {
-        key: "heartbeat_interval",
-        env: "CHIME_HEARTBEAT_INTERVAL",
-        default: "500ms",
-        doc: "how often a node heartbeats in the node registry; at most half of lease_ttl",
-    },
-    Setting {
-        key: "shutdown_timeout",
-        env: "CHIME_SHUTDOWN_TIMEOUT",
-        default: "10s",
-        doc: "how long shutdown waits for in-flight publishes to be confirmed",
-    },
-    Setting {
-        key: "worker_threads",
-        env: "CHIME_WORKER_THREADS",
-        default: "auto",
-        doc: "threads running chimed's tasks: auto (half the CPUs, at least 1) or 1 to 256",
-    },
-    Setting {
-        key: "log_format",
-        env: "CHIME_LOG_FORMAT",
-        default: "text",
-        doc: "log format: text or json",
-    },
-    Setting {
-        key: "log",
-        env: "CHIME_LOG",
-        default: "info",
-        doc: "log filter, RUST_LOG syntax (e.g. info,chime_scheduler=debug)",
-    },
-];
-
-/// `chimed`'s configuration.
+/// `chimed`'s configuration. Each field is the setting of the same name in [`SETTINGS`]
+/// (two settings make up `http` and three `cluster`), which gives its default,
+/// environment variable and meaning; [`Config::default`] is every default.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Store URL. Default `sqlite://chime.db`.
+    /// `database_url`: the store.
     pub database_url: String,
-    /// RabbitMQ URL. Default `amqp://guest:guest@127.0.0.1:5672/%2f`.
+    /// `amqp_url`: RabbitMQ.
     pub amqp_url: String,
-    /// HTTP listen address. Default `127.0.0.1:8080`.
+    /// `http_addr`: the API's listen address.
     pub http_addr: SocketAddr,
-    /// The API listener's header timeout and connection limit. Defaults: 10 s, 1 024.
+    /// `http_header_timeout` and `http_max_connections`: the API listener's limits.
     pub http: HttpSettings,
-    /// Largest job payload in bytes of JSON. Default 256 KiB.
+    /// `payload_limit`: largest job payload in bytes of JSON.
     pub payload_limit: usize,
-    /// Timer look-ahead window. Default 30 s.
+    /// `lookahead`: the timer's look-ahead window.
     pub lookahead: Duration,
-    /// How far ahead of their time fires are recorded; the dispatcher publishes them at
-    /// their fire time. Default 2 s; zero records each fire when due.
+    /// `fire_ahead`: how far ahead of their time fires are recorded; the dispatcher
+    /// publishes them at their fire time. Zero records each fire when due.
     pub fire_ahead: Duration,
-    /// Which tasks get an observer copy. Default [`ObserverCopies::Registered`].
+    /// `observer_copies`: which tasks get an observer copy.
     pub observer_copies: ObserverCopies,
-    /// Lateness past which a fire counts as missed. Default 5 s.
+    /// `misfire_grace`: lateness past which a fire counts as missed.
     pub misfire_grace: Duration,
-    /// Age at which an unconfirmed run is published again. Default 10 s.
+    /// `republish_after`: age at which an unconfirmed run is published again.
     pub republish_after: Duration,
-    /// How often the reconciler looks for overdue runs. Default 1 s.
+    /// `reconcile_interval`: how often the reconciler looks for overdue runs.
     pub reconcile_interval: Duration,
-    /// How long a takeover or start pass waits for acks of the previous owner's past-due
-    /// `scheduled` runs before it publishes them again. Default 500 ms; at most 2 s.
+    /// `takeover_ack_wait`: how long a takeover or start pass waits for acks of the
+    /// previous owner's past-due `scheduled` runs before it publishes them again.
     pub takeover_ack_wait: Duration,
-    /// Age (since `finished_at`) past which finished runs are deleted. Default 7 days;
+    /// `run_retention`: age (since `finished_at`) past which finished runs are deleted;
     /// `None` (written `0s`) keeps them forever.
     pub run_retention: Option<Duration>,
-    /// Shutdown's wait for in-flight publishes. Default 10 s.
+    /// `shutdown_timeout`: shutdown's wait for in-flight publishes.
     pub shutdown_timeout: Duration,
-    /// Node name; empty means the host name.
+    /// `node_name`: the node's name; empty means the host name.
     pub node_name: String,
-    /// Shard count of a new cluster. Default 256.
+    /// `shard_count`: shards of a new cluster.
     pub shard_count: u32,
-    /// Lease timing. Defaults: TTL 2 s, renew every 500 ms, heartbeat every 500 ms (a dead
-    /// node's jobs fire again within about 2.5 s; see docs/benchmarks.md, W4).
+    /// `lease_ttl`, `lease_renew_interval` and `heartbeat_interval`: lease timing (with
+    /// the defaults a dead node's jobs fire again within about 2.5 s; see
+    /// docs/benchmarks.md, W4).
     pub cluster: ClusterSettings,
-    /// Threads of the async runtime; `None` (written `auto`, the default) means half the
-    /// CPUs, at least one (see [`Config::worker_threads`]).
+    /// `worker_threads`: threads of the async runtime; `None` (written `auto`) means
+    /// half the CPUs, at least one (see [`Config::worker_threads`]).
     pub worker_threads: Option<usize>,
-    /// Log format. Default text.
+    /// `log_format`.
     pub log_format: LogFormat,
-    /// Log filter. Default `info`.
+    /// `log`: the log filter.
     pub log: String,
+}
+
+impl Default for Config {
+    /// Every setting at its default, as [`SETTINGS`] writes it.
+    fn default() -> Self {
+        Layers::new()
+            .build()
+            .expect("the defaults in SETTINGS are valid (config::tests checks them)")
+    }
 }
 
 impl Config {
@@ -571,238 +431,4 @@ fn closest_key(key: &str) -> Option<&'static str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn no_env(_: &str) -> Option<String> {
-        None
-    }
-
-    #[test]
-    fn defaults_match_the_public_surface() {
-        let config = Layers::new().env(no_env).build().unwrap();
-        assert_eq!(config.database_url, "sqlite://chime.db");
-        assert_eq!(config.amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f");
-        assert_eq!(config.http_addr, "127.0.0.1:8080".parse().unwrap());
-        assert_eq!(config.payload_limit, 256 * 1024);
-        assert_eq!(config.http, HttpSettings::default());
-        assert_eq!(config.http.header_timeout, Duration::from_secs(10));
-        assert_eq!(config.http.max_connections, 1024);
-        assert_eq!(config.misfire_grace, Duration::from_secs(5));
-        assert_eq!(config.fire_ahead, Duration::from_secs(2));
-        assert_eq!(config.observer_copies, ObserverCopies::Registered);
-        assert_eq!(config.shard_count, 256);
-        assert_eq!(config.worker_threads, None);
-        assert_eq!(config.worker_threads(2), 1);
-        assert_eq!(config.worker_threads(1), 1);
-        assert_eq!(config.worker_threads(8), 4);
-        assert_eq!(config.cluster, ClusterSettings::default());
-        assert_eq!(
-            config.run_retention,
-            Some(Duration::from_secs(7 * 24 * 3600))
-        );
-    }
-
-    #[test]
-    fn takeover_ack_wait_is_off_or_at_most_two_seconds() {
-        let with = |value: &'static str| {
-            Layers::new()
-                .env(move |var| (var == "CHIME_TAKEOVER_ACK_WAIT").then(|| value.to_string()))
-                .build()
-        };
-        assert_eq!(
-            Layers::new().build().unwrap().takeover_ack_wait,
-            crate::reconcile::TAKEOVER_ACK_WAIT
-        );
-        assert_eq!(with("0s").unwrap().takeover_ack_wait, Duration::ZERO);
-        assert_eq!(
-            with("2s").unwrap().takeover_ack_wait,
-            Duration::from_secs(2)
-        );
-        let err = with("2001ms").unwrap_err().to_string();
-        assert!(err.contains("use 0s to 2s"), "{err}");
-    }
-
-    #[test]
-    fn run_retention_is_off_or_at_least_an_hour() {
-        let with = |value: &'static str| {
-            Layers::new()
-                .env(move |var| (var == "CHIME_RUN_RETENTION").then(|| value.to_string()))
-                .build()
-        };
-        assert_eq!(with("0s").unwrap().run_retention, None);
-        assert_eq!(
-            with("30d").unwrap().run_retention,
-            Some(Duration::from_secs(30 * 24 * 3600))
-        );
-        let err = with("10m").unwrap_err().to_string();
-        assert!(
-            err.contains("use 0s (keep forever) or at least 1h"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn lease_timing_must_leave_room_to_renew() {
-        let env = |var: &str| match var {
-            "CHIME_LEASE_TTL" => Some("3s".to_string()),
-            "CHIME_LEASE_RENEW_INTERVAL" => Some("2s".to_string()),
-            _ => None,
-        };
-        let err = Layers::new().env(env).build().unwrap_err().to_string();
-        assert!(err.contains("at most a third of lease_ttl"), "{err}");
-        let env = |var: &str| match var {
-            "CHIME_LEASE_TTL" => Some("3s".to_string()),
-            "CHIME_LEASE_RENEW_INTERVAL" => Some("1s".to_string()),
-            "CHIME_HEARTBEAT_INTERVAL" => Some("1s".to_string()),
-            _ => None,
-        };
-        let config = Layers::new().env(env).build().unwrap();
-        assert_eq!(config.cluster.lease_ttl, Duration::from_secs(3));
-    }
-
-    #[test]
-    fn flags_override_env_override_file() {
-        let mut layers = Layers::new();
-        layers
-            .apply_toml("http_addr = \"0.0.0.0:1\"\ndatabase_url = \"sqlite://file.db\"\npayload_limit = 2048", "chime.toml")
-            .unwrap();
-        let env = |var: &str| match var {
-            "CHIME_HTTP_ADDR" => Some("0.0.0.0:2".to_string()),
-            "CHIME_LOOKAHEAD" => Some("1m".to_string()),
-            _ => None,
-        };
-        let config = layers
-            .env(env)
-            .flag("http_addr", Some("0.0.0.0:3"))
-            .build()
-            .unwrap();
-        assert_eq!(config.http_addr.port(), 3);
-        assert_eq!(config.database_url, "sqlite://file.db");
-        assert_eq!(config.lookahead, Duration::from_secs(60));
-        assert_eq!(config.payload_limit, 2048);
-    }
-
-    #[test]
-    fn unknown_keys_get_a_suggestion() {
-        let err = Layers::new()
-            .apply_toml("databse_url = \"x\"", "c.toml")
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "unknown config key \"databse_url\" in c.toml (did you mean \"database_url\"?)"
-        );
-    }
-
-    #[test]
-    fn invalid_values_name_key_and_source() {
-        let env = |var: &str| (var == "CHIME_MISFIRE_GRACE").then(|| "soon".to_string());
-        let err = Layers::new().env(env).build().unwrap_err().to_string();
-        assert!(
-            err.starts_with(
-                "invalid misfire_grace \"soon\" (from environment CHIME_MISFIRE_GRACE)"
-            ),
-            "{err}"
-        );
-        let err = Layers::new()
-            .flag("payload_limit", Some("1B"))
-            .build()
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("use 1KiB to 16MiB"), "{err}");
-        for (ahead, lookahead) in [("11s", "60s"), ("5s", "8s")] {
-            let err = Layers::new()
-                .flag("fire_ahead", Some(ahead))
-                .flag("lookahead", Some(lookahead))
-                .build()
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("at most half of lookahead"), "{err}");
-        }
-        let off = Layers::new()
-            .flag("fire_ahead", Some("0s"))
-            .build()
-            .unwrap();
-        assert_eq!(off.fire_ahead, Duration::ZERO);
-        let env = |var: &str| (var == "CHIME_OBSERVER_COPIES").then(|| "all".to_string());
-        let all = Layers::new().env(env).build().unwrap();
-        assert_eq!(all.observer_copies, ObserverCopies::All);
-        for threads in ["0", "many", "257"] {
-            let err = Layers::new()
-                .flag("worker_threads", Some(threads))
-                .build()
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("use auto or a whole number"), "{err}");
-        }
-        let env = |var: &str| (var == "CHIME_WORKER_THREADS").then(|| "3".to_string());
-        let three = Layers::new().env(env).build().unwrap();
-        assert_eq!(three.worker_threads(2), 3, "a set count wins over the CPUs");
-        let err = Layers::new()
-            .flag("observer_copies", Some("some"))
-            .build()
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("use registered or all"), "{err}");
-    }
-
-    #[test]
-    fn http_limits_are_bounded() {
-        for (key, value, reason) in [
-            ("http_header_timeout", "0s", "use 1s to 10m"),
-            ("http_header_timeout", "1h", "use 1s to 10m"),
-            ("http_max_connections", "0", "from 1 to 65536"),
-            ("http_max_connections", "lots", "from 1 to 65536"),
-        ] {
-            let err = Layers::new()
-                .flag(key, Some(value))
-                .build()
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(reason), "{key}={value}: {err}");
-        }
-        let env = |var: &str| match var {
-            "CHIME_HTTP_HEADER_TIMEOUT" => Some("2s".to_string()),
-            "CHIME_HTTP_MAX_CONNECTIONS" => Some("8".to_string()),
-            _ => None,
-        };
-        let config = Layers::new().env(env).build().unwrap();
-        assert_eq!(
-            config.http,
-            HttpSettings {
-                header_timeout: Duration::from_secs(2),
-                max_connections: 8
-            }
-        );
-    }
-
-    #[test]
-    fn bad_urls_never_show_their_password() {
-        for (key, url) in [
-            ("database_url", "mysql://u:hunter22@h/db"),
-            (
-                "database_url",
-                "postgres://u@h/db?password=hunter22&sslmode=require",
-            ),
-            ("amqp_url", "amqps://u:hunter22@h/%2f"),
-            ("amqp_url", "amqp://u:hunter22@h:port/%2f"),
-        ] {
-            let err = Layers::new()
-                .flag(key, Some(url))
-                .build()
-                .unwrap_err()
-                .to_string();
-            assert!(err.starts_with(&format!("invalid {key} ")), "{err}");
-            assert!(!err.contains("hunter22"), "{err}");
-        }
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("256KiB"), Ok(262_144));
-        assert_eq!(parse_size("1MiB"), Ok(1_048_576));
-        assert_eq!(parse_size("1000"), Ok(1000));
-        assert!(parse_size("1GiB").is_err());
-        assert!(parse_size("lots").is_err());
-    }
-}
+mod tests;

@@ -21,7 +21,10 @@ use crate::{
     api::{self, AppParts, AppState},
     app::{Jobs, Node, Runs},
     broker::{ConfirmedPublisher, GroupDeclarer},
-    cluster::{DEFAULT_SHARD_COUNT, Membership, Ownership, notices},
+    cluster::{
+        DEFAULT_SHARD_COUNT, Membership, Ownership,
+        notices::{self, JobNotice},
+    },
     config::Config,
     dispatch::Dispatcher,
     dlq::{self, DeadLetters},
@@ -174,7 +177,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             let wake = Arc::new(Notify::new());
             let notices = supervise(
                 "cluster notices",
-                notices::listen(postgres.clone(), timer_handle, wake.clone(), intake.clone()),
+                notices::listen(
+                    postgres.clone(),
+                    move |notice| match notice {
+                        JobNotice::Changed(job) => timer_handle.job_changed(job),
+                        JobNotice::Everything => timer_handle.reload_all(),
+                    },
+                    wake.clone(),
+                    intake.clone(),
+                ),
                 &intake,
                 &fatal,
             );

@@ -3,6 +3,9 @@
 //! leaving or releasing shards wakes the others' membership services. Notices are a
 //! speed-up, not the source of truth: when the listening connection drops, notices may
 //! have been missed, so the timer reloads its whole window and membership runs a round.
+//!
+//! Job notices go out through a sink the daemon gives [`listen`] (it hands them to the
+//! timer), so this module does not depend on the timer, which depends on `cluster`.
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,18 +16,25 @@ use uuid::Uuid;
 
 use chime_consumer::backoff::Backoff;
 
-use crate::{
-    store::{
-        PostgresStore,
-        postgres::cluster::{CLUSTER_CHANNEL, JOBS_CHANNEL},
-    },
-    timer::TimerHandle,
+use crate::store::{
+    PostgresStore,
+    postgres::cluster::{CLUSTER_CHANNEL, JOBS_CHANNEL},
 };
 
-/// Forwards notices to the timer and membership until `stop` fires.
+/// What a notice asks of whoever holds the jobs' fire times (the timer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobNotice {
+    /// This job was created, changed or deleted through some node's API.
+    Changed(Uuid),
+    /// Notices may have been missed: reload every job.
+    Everything,
+}
+
+/// Forwards job notices to `jobs` and cluster notices to `wake` (membership) until
+/// `stop` fires.
 pub async fn listen(
     store: PostgresStore,
-    timer: TimerHandle,
+    jobs: impl Fn(JobNotice) + Send,
     wake: Arc<Notify>,
     stop: CancellationToken,
 ) {
@@ -46,7 +56,7 @@ pub async fn listen(
             }
         };
         // Anything may have changed while we were not listening.
-        timer.reload_all();
+        jobs(JobNotice::Everything);
         wake.notify_one();
         loop {
             let notice = tokio::select! {
@@ -58,7 +68,7 @@ pub async fn listen(
                     backoff.reset();
                     match notice.channel() {
                         JOBS_CHANNEL => match Uuid::parse_str(notice.payload()) {
-                            Ok(job) => timer.job_changed(job),
+                            Ok(job) => jobs(JobNotice::Changed(job)),
                             Err(_) => {
                                 debug!(payload = notice.payload(), "ignoring a bad job notice")
                             }

@@ -76,7 +76,9 @@ fn settings_help(long: bool) -> String {
     let env_width = SETTINGS.iter().map(|s| s.env.len()).max().unwrap_or(0);
     let mut text = String::from(
         "Settings come from, in increasing precedence: defaults, the --config file, \
-         environment variables, flags.\n\nSettings (file key, environment variable, default):\n",
+         environment variables, flags. The flags above cover the settings most often \
+         changed; set any other in the --config file or with its environment variable.\n\n\
+         Settings (file key, environment variable, default):\n",
     );
     for setting in SETTINGS {
         let default = if setting.default.is_empty() {
@@ -146,6 +148,23 @@ mod tests {
             )
         );
         assert!(!crate::GIT_COMMIT.is_empty());
+    }
+
+    #[test]
+    fn every_flag_is_a_setting_and_named_in_the_reference() {
+        const REFERENCE: &str = include_str!("../../../docs/configuration.md");
+        let command = Args::command();
+        let flags: Vec<&str> = command
+            .get_arguments()
+            .filter_map(|arg| arg.get_long())
+            .filter(|long| !["config", "help", "version"].contains(long))
+            .collect();
+        assert!(!flags.is_empty());
+        for flag in flags {
+            let key = flag.replace('-', "_");
+            assert!(SETTINGS.iter().any(|s| s.key == key), "--{flag}");
+            assert!(REFERENCE.contains(&format!("`--{flag}`")), "--{flag}");
+        }
     }
 
     #[test]

@@ -15,8 +15,13 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::{TaskMessage, topology};
 
-use super::{CONFIRM_TIMEOUT, Dispatcher, MAX_BATCH, Outgoing, marker::Unpublishable};
+use super::{Dispatcher, marker::Unpublishable, outgoing::Outgoing};
 use crate::{broker, telemetry};
+
+/// Most tasks published in one batch.
+const MAX_BATCH: usize = 1000;
+/// How long a batch's confirms may take before the channel is considered broken.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A fresh fire that waited in memory longer than this (a long broker outage) is checked
 /// against the store before it is published, whatever else was heard meanwhile. The

@@ -26,7 +26,19 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::Command;
+use super::outgoing::Outgoing;
+
+/// What the dispatcher is told. It lives beside [`ChangeGuard`] because a guard that is
+/// dropped unlifted travels to the dispatcher in it.
+#[derive(Debug)]
+pub(super) enum Command {
+    Publish(Box<Outgoing>),
+    /// The job changed; a change made on this node comes with its guard, lifted once the
+    /// job's waiting tasks are marked for a check.
+    JobChanged(Uuid, Option<ChangeGuard>),
+    /// Changes may have been missed: every waiting task is checked.
+    ChangesMissed,
+}
 
 /// Jobs being changed on this node, with how many changes of each are in progress.
 #[derive(Debug, Default)]

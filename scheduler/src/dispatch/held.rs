@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::Outgoing;
+use super::outgoing::Outgoing;
 
 /// Held tasks in fire-time order.
 #[derive(Debug, Default)]

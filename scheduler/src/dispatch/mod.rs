@@ -26,10 +26,12 @@ mod changes;
 mod held;
 mod marker;
 mod observed;
+mod outgoing;
 
 pub use changes::ChangeGuard;
 pub use marker::MIN_REPUBLISH_AFTER;
 pub use observed::ObserverCopies;
+pub use outgoing::Outgoing;
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -54,51 +56,19 @@ use chime_consumer::protocol::TaskMessage;
 
 use crate::{broker, cluster::Ownership, store::Store, telemetry};
 use batch::{Broken, InFlight};
-use changes::Changes;
+use changes::{Changes, Command};
 use held::Held;
 use marker::{Marker, Unmarked};
 use observed::ObservedTopics;
 
-/// Most tasks published in one batch.
-const MAX_BATCH: usize = 1000;
 /// Most tasks published and not yet confirmed.
 const MAX_IN_FLIGHT: usize = 2000;
-/// How long a batch's confirms may take before the channel is considered broken.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(15);
 /// Most tasks held in memory (waiting, armed, or in flight). Past this (a long broker
 /// outage) new tasks are not held: they stay `scheduled` in the store and the reconciler
 /// hands them over again later.
 pub(crate) const MAX_PENDING: usize = 100_000;
 /// How often an idle dispatcher checks that its channel is still open.
 const HEALTH_CHECK: Duration = Duration::from_secs(1);
-
-/// A task to publish, and whether this is its first publish (only first publishes count
-/// towards fire lateness).
-#[derive(Debug, Clone)]
-pub struct Outgoing {
-    /// The task.
-    pub task: TaskMessage,
-    /// False when the reconciler re-publishes it.
-    pub first: bool,
-    /// When it was handed over, or released at its fire time.
-    pub since: std::time::Instant,
-    /// Whether it may only be published while this node trusts its shard's lease.
-    pub fenced: bool,
-    /// Whether its run must be checked against the store before publishing (its job
-    /// changed while the task waited, or changes may have been missed).
-    pub recheck: bool,
-}
-
-/// What the dispatcher is told.
-#[derive(Debug)]
-enum Command {
-    Publish(Box<Outgoing>),
-    /// The job changed; a change made on this node comes with its guard, lifted once the
-    /// job's waiting tasks are marked for a check.
-    JobChanged(Uuid, Option<ChangeGuard>),
-    /// Changes may have been missed: every waiting task is checked.
-    ChangesMissed,
-}
 
 /// Hands tasks to the dispatcher. Cheap to clone.
 #[derive(Debug, Clone)]

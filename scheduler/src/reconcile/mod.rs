@@ -214,22 +214,29 @@ impl Reconciler {
         }
     }
 
-    /// One pass over the overdue runs of this node's shards.
-    pub async fn run_once(&self) -> Result<PassReport, StoreError> {
+    /// One pass over the runs of this node's shards overdue at `now` (the loop passes
+    /// `Utc::now()`; tests pass any instant).
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<PassReport, StoreError> {
         let shards = self.ownership.shard_filter();
-        self.pass(PassKind::Periodic, shards.as_deref()).await
+        self.pass(PassKind::Periodic, shards.as_deref(), now).await
     }
 
-    /// Acts on the runs of `shards` that are overdue now (`scheduled` ones: see
-    /// [`Self::unconfirmed_cutoff`]).
-    async fn pass(&self, kind: PassKind, shards: Option<&[u32]>) -> Result<PassReport, StoreError> {
+    /// Acts on the runs of `shards` that are overdue at `now` (`scheduled` ones: see
+    /// [`Self::unconfirmed_cutoff`]). A pass of several pages judges each page as of
+    /// `now` plus the time the pass has taken so far.
+    async fn pass(
+        &self,
+        kind: PassKind,
+        shards: Option<&[u32]>,
+        now: DateTime<Utc>,
+    ) -> Result<PassReport, StoreError> {
         let unconfirmed = unconfirmed_cutoff(&self.settings, kind);
         let mut report = PassReport::default();
         let mut waiting = BTreeMap::new();
         let result = if shards.is_some_and(<[u32]>::is_empty) {
             Ok(())
         } else {
-            self.walk(kind, shards, unconfirmed, &mut waiting, &mut report)
+            self.walk(kind, shards, now, unconfirmed, &mut waiting, &mut report)
                 .await
         };
         self.consumers.after_pass(waiting).await;
@@ -242,6 +249,7 @@ impl Reconciler {
         &self,
         kind: PassKind,
         shards: Option<&[u32]>,
+        start: DateTime<Utc>,
         unconfirmed: chrono::Duration,
         waiting: &mut BTreeMap<String, Waiting>,
         report: &mut PassReport,
@@ -251,8 +259,9 @@ impl Reconciler {
         // One takeover wait per pass, however many pages it reads: the previous owner
         // published before it died, so the acks of every page come in by the same time.
         let mut ack_deadline = None;
+        let started = std::time::Instant::now();
         loop {
-            let now = Utc::now();
+            let now = start + chrono::Duration::from_std(started.elapsed()).unwrap_or_default();
             let cutoff = now + unconfirmed;
             let overdue = self
                 .store
@@ -600,7 +609,10 @@ impl Reconciler {
             if !gained.is_empty() && started {
                 // The previous owner may have recorded runs it never got confirmed.
                 let shards = self.ownership.shard_filter().map(|_| gained.clone());
-                if !self.report(self.pass(PassKind::Takeover, shards.as_deref()).await) {
+                if !self.report(
+                    self.pass(PassKind::Takeover, shards.as_deref(), Utc::now())
+                        .await,
+                ) {
                     // Taken over again at the next wake-up, armed runs included.
                     for shard in &gained {
                         known.remove(shard);
@@ -617,7 +629,7 @@ impl Reconciler {
                 };
                 first_probe_pass = false;
                 // A failed first pass is repeated as a first pass.
-                started |= self.report(self.pass(kind, shards.as_deref()).await);
+                started |= self.report(self.pass(kind, shards.as_deref(), Utc::now()).await);
                 next_pass = tokio::time::Instant::now() + self.settings.interval;
             }
             tokio::select! {
