@@ -2,7 +2,10 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use super::{ObserveFn, ObserveResult, Observer, Settings};
+use super::{
+    Observer,
+    settings::{ObserveFn, ObserveResult, Settings},
+};
 use crate::{
     error::ConsumerError,
     options,
