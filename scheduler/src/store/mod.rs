@@ -50,7 +50,6 @@ macro_rules! forbidding_runs {
 pub mod postgres;
 pub(crate) mod reply_plan;
 mod sqlite;
-pub mod testing;
 
 use std::{collections::HashSet, sync::Arc};
 
