@@ -133,7 +133,9 @@ mod error;
 mod handler;
 pub mod idempotency;
 pub mod observer;
+mod options;
 pub mod protocol;
+mod reconnect;
 pub mod testing;
 pub mod url;
 

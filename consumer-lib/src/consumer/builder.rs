@@ -3,11 +3,15 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use super::{Consumer, Handlers, Registered, Settings};
+use super::{
+    Consumer,
+    shared::{Handlers, Registered, Settings},
+};
 use crate::{
     error::ConsumerError,
     handler::Handler,
     idempotency::{IdempotencyStore, MemoryStore},
+    options,
     protocol::topology::{check_instance, check_zone, is_valid_instance, is_valid_name},
 };
 
@@ -171,12 +175,7 @@ impl ConsumerBuilder {
 
     /// Checks the configuration and builds the consumer.
     pub fn build(self) -> Result<Consumer, ConsumerError> {
-        crate::url::check_amqp_url(&self.amqp_url).map_err(|reason| {
-            ConsumerError::InvalidOption {
-                option: "amqp_url",
-                reason,
-            }
-        })?;
+        options::check_url(&self.amqp_url)?;
         if !is_valid_name(&self.group) {
             return Err(ConsumerError::InvalidName {
                 what: "group",
@@ -192,21 +191,7 @@ impl ConsumerBuilder {
         if self.handlers.is_empty() && self.fallback.is_none() {
             return Err(ConsumerError::NoHandlers);
         }
-        if self.concurrency == 0 || self.concurrency > u16::MAX as usize {
-            return Err(ConsumerError::InvalidOption {
-                option: "concurrency",
-                reason: "must be between 1 and 65535".into(),
-            });
-        }
-        let prefetch = self
-            .prefetch
-            .unwrap_or_else(|| (self.concurrency * 2).min(u16::MAX as usize) as u16);
-        if prefetch == 0 {
-            return Err(ConsumerError::InvalidOption {
-                option: "prefetch",
-                reason: "must be at least 1".into(),
-            });
-        }
+        let prefetch = options::prefetch_for(self.concurrency, self.prefetch)?;
         let instance = resolve_instance(self.instance, std::env::var(INSTANCE_ENV).ok());
         if !is_valid_instance(&instance) {
             return Err(ConsumerError::InvalidName {

@@ -9,9 +9,10 @@ use lapin::message::Delivery;
 use tracing::{debug, warn};
 
 use super::{
-    Registered, Shared, heartbeat,
+    heartbeat,
     replies::{PendingReply, ReplyError, ReplyPublisher},
     settlement::Settler,
+    shared::{Registered, Shared},
 };
 use crate::{
     backoff::Backoff,

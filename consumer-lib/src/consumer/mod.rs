@@ -20,20 +20,19 @@ mod presence;
 pub(crate) mod replies;
 mod session;
 mod settlement;
+mod shared;
 
-use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc};
 
 use tokio::sync::Semaphore;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tracing::{info, warn};
+use tokio_util::task::TaskTracker;
 
 pub use builder::{ConsumerBuilder, default_instance_id};
 
-use crate::{
-    backoff::Backoff, error::ConsumerError, handler::Handler, idempotency::IdempotencyStore,
-};
+use crate::{error::ConsumerError, idempotency::IdempotencyStore, reconnect};
 use key_lock::KeyLocks;
-use session::{Session, SessionEnd};
+use session::ConsumerSessions;
+use shared::{Handlers, Settings, Shared};
 
 /// A running member of a consumer group. Build one with [`Consumer::builder`].
 ///
@@ -57,70 +56,6 @@ pub struct Consumer {
     settings: Arc<Settings>,
     idempotency: Arc<dyn IdempotencyStore>,
     handlers: Arc<Handlers>,
-}
-
-/// Handlers by job name, and the one for every other job.
-pub(crate) struct Handlers {
-    pub(crate) by_job: HashMap<String, Registered>,
-    pub(crate) fallback: Option<Registered>,
-}
-
-impl Handlers {
-    /// The handler for tasks of `job`.
-    pub(crate) fn for_job(&self, job: &str) -> Option<&Registered> {
-        self.by_job.get(job).or(self.fallback.as_ref())
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct Settings {
-    pub(crate) amqp_url: String,
-    pub(crate) group: String,
-    pub(crate) instance: String,
-    /// The zone whose work queue this instance also consumes.
-    pub(crate) zone: Option<String>,
-    /// Whether this instance consumes the group's broadcasts.
-    pub(crate) broadcast: bool,
-    pub(crate) concurrency: usize,
-    pub(crate) prefetch: u16,
-    pub(crate) drain_timeout: Duration,
-    pub(crate) heartbeat_interval: Duration,
-    /// Whether replies may travel as batch messages.
-    pub(crate) batch_replies: bool,
-}
-
-/// A handler as registered for a job name.
-pub(crate) enum Registered {
-    Plain(Arc<dyn Handler>),
-    #[cfg(feature = "postgres")]
-    Transactional(
-        Arc<dyn crate::idempotency::TransactionalHandler>,
-        crate::idempotency::PgIdempotencyStore,
-    ),
-}
-
-/// What every delivery task shares.
-pub(crate) struct Shared {
-    pub(crate) settings: Arc<Settings>,
-    pub(crate) idempotency: Arc<dyn IdempotencyStore>,
-    pub(crate) handlers: Arc<Handlers>,
-    pub(crate) key_locks: KeyLocks,
-    /// One permit per handler allowed to run at once (the concurrency). Only the handler
-    /// holds one: waiting for reply confirms does not keep the next task from starting.
-    pub(crate) handler_slots: Arc<Semaphore>,
-    /// Cancelled on shutdown: deliveries still waiting for a slot are left to the close.
-    pub(crate) stopping: CancellationToken,
-}
-
-impl Shared {
-    /// Waits for a handler slot; `None` once shutdown began.
-    pub(crate) async fn handler_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        tokio::select! {
-            biased;
-            () = self.stopping.cancelled() => None,
-            slot = self.handler_slots.clone().acquire_owned() => slot.ok(),
-        }
-    }
 }
 
 impl Consumer {
@@ -162,12 +97,7 @@ impl Consumer {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let cancel = CancellationToken::new();
-        let trigger = cancel.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            trigger.cancel();
-        });
+        let cancel = reconnect::cancel_on(shutdown);
         let shared = Arc::new(Shared {
             settings: self.settings.clone(),
             idempotency: self.idempotency,
@@ -177,44 +107,7 @@ impl Consumer {
             stopping: cancel.clone(),
         });
         let in_flight = TaskTracker::new();
-        let mut backoff = Backoff::default();
-        let settings = &self.settings;
-        while !cancel.is_cancelled() {
-            let session = tokio::select! {
-                opened = Session::open(settings) => opened,
-                () = cancel.cancelled() => break,
-            };
-            let session = match session {
-                Ok(session) => session,
-                Err(error) => {
-                    let delay = backoff.next_delay();
-                    warn!(%error, group = %settings.group, attempt = backoff.attempts(),
-                        retry_in_ms = delay.as_millis() as u64, "cannot reach rabbitmq; retrying");
-                    metrics::counter!("chime_consumer_reconnects_total").increment(1);
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => continue,
-                        () = cancel.cancelled() => break,
-                    }
-                }
-            };
-            backoff.reset();
-            info!(group = %settings.group, instance = %settings.instance,
-                zone = settings.zone.as_deref(), broadcast = settings.broadcast,
-                queues = ?session.queues(), concurrency = settings.concurrency,
-                prefetch = settings.prefetch, "consuming");
-            match session.consume(&shared, &in_flight, &cancel).await {
-                SessionEnd::Cancelled => {
-                    session.drain(&in_flight, settings.drain_timeout).await;
-                    return Ok(());
-                }
-                SessionEnd::Lost(error) => {
-                    warn!(%error, group = %settings.group, "lost rabbitmq session; reconnecting");
-                    metrics::counter!("chime_consumer_reconnects_total").increment(1);
-                }
-            }
-        }
-        in_flight.close();
-        let _ = tokio::time::timeout(settings.drain_timeout, in_flight.wait()).await;
+        reconnect::supervise(&ConsumerSessions { shared }, &in_flight, &cancel).await;
         Ok(())
     }
 }

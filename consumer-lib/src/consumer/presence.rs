@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::debug;
 
-use super::{Settings, replies::ReplyPublisher};
+use super::{replies::ReplyPublisher, shared::Settings};
 use crate::protocol::PRESENCE_INTERVAL_MS;
 
 /// How often presence is announced.

@@ -22,15 +22,65 @@ use lapin::{
 use tokio_util::{sync::CancellationToken, sync::DropGuard, task::TaskTracker};
 use tracing::{info, warn};
 
-use super::{Settings, Shared, delivery, presence, replies::ReplyPublisher, settlement::Settler};
-use crate::protocol::topology;
+use super::{
+    delivery, presence,
+    replies::ReplyPublisher,
+    settlement::Settler,
+    shared::{Settings, Shared},
+};
+use crate::{
+    protocol::topology,
+    reconnect::{SessionEnd, Supervised},
+};
 
-/// Why consuming stopped.
-pub(super) enum SessionEnd {
-    /// Shutdown was requested.
-    Cancelled,
-    /// The connection or channel failed.
-    Lost(String),
+/// The consumer's sessions, as the reconnect loop runs them.
+pub(super) struct ConsumerSessions {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl Supervised for ConsumerSessions {
+    type Session = Session;
+    type OpenError = lapin::Error;
+
+    async fn open(&self) -> Result<Session, lapin::Error> {
+        Session::open(&self.shared.settings).await
+    }
+
+    async fn consume(
+        &self,
+        session: &Session,
+        in_flight: &TaskTracker,
+        cancel: &CancellationToken,
+    ) -> SessionEnd {
+        session.consume(&self.shared, in_flight, cancel).await
+    }
+
+    async fn drain(&self, session: Session, in_flight: &TaskTracker) {
+        session.drain(in_flight, self.drain_timeout()).await;
+    }
+
+    fn drain_timeout(&self) -> Duration {
+        self.shared.settings.drain_timeout
+    }
+
+    fn opened(&self, session: &Session) {
+        let settings = &self.shared.settings;
+        info!(group = %settings.group, instance = %settings.instance,
+            zone = settings.zone.as_deref(), broadcast = settings.broadcast,
+            queues = ?session.queues(), concurrency = settings.concurrency,
+            prefetch = settings.prefetch, "consuming");
+    }
+
+    fn retrying(&self, error: &lapin::Error, attempt: u32, delay: Duration) {
+        warn!(%error, group = %self.shared.settings.group, attempt,
+            retry_in_ms = delay.as_millis() as u64, "cannot reach rabbitmq; retrying");
+        metrics::counter!("chime_consumer_reconnects_total").increment(1);
+    }
+
+    fn lost(&self, error: &str) {
+        warn!(%error, group = %self.shared.settings.group, "lost rabbitmq session; reconnecting");
+        metrics::counter!("chime_consumer_reconnects_total").increment(1);
+    }
 }
 
 /// What the merged consumer streams yield.

@@ -2,9 +2,13 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use super::{ObserveFn, ObserveResult, Observer, Settings};
+use super::{
+    Observer,
+    settings::{ObserveFn, ObserveResult, Settings},
+};
 use crate::{
     error::ConsumerError,
+    options,
     protocol::{
         MAX_OBSERVER_PATTERNS, TaskMessage,
         topology::{is_valid_name, is_valid_topic_pattern},
@@ -81,12 +85,7 @@ impl ObserverBuilder {
 
     /// Checks the configuration and builds the observer.
     pub fn build(self) -> Result<Observer, ConsumerError> {
-        crate::url::check_amqp_url(&self.amqp_url).map_err(|reason| {
-            ConsumerError::InvalidOption {
-                option: "amqp_url",
-                reason,
-            }
-        })?;
+        options::check_url(&self.amqp_url)?;
         if !is_valid_name(&self.name) {
             return Err(ConsumerError::InvalidName {
                 what: "observer",
@@ -108,21 +107,7 @@ impl ObserverBuilder {
             });
         }
         let handler = self.handler.ok_or(ConsumerError::NoObserverHandler)?;
-        if self.concurrency == 0 || self.concurrency > u16::MAX as usize {
-            return Err(ConsumerError::InvalidOption {
-                option: "concurrency",
-                reason: "must be between 1 and 65535".into(),
-            });
-        }
-        let prefetch = self
-            .prefetch
-            .unwrap_or_else(|| (self.concurrency * 2).min(u16::MAX as usize) as u16);
-        if prefetch == 0 {
-            return Err(ConsumerError::InvalidOption {
-                option: "prefetch",
-                reason: "must be at least 1".into(),
-            });
-        }
+        let prefetch = options::prefetch_for(self.concurrency, self.prefetch)?;
         Ok(Observer {
             settings: Arc::new(Settings {
                 amqp_url: self.amqp_url,

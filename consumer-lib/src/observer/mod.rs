@@ -43,9 +43,9 @@
 //! # Outcomes
 //!
 //! - `Ok(())`: the copy is acknowledged.
-//! - [`HandlerError::Retryable`]: after a short pause the
+//! - [`HandlerError::Retryable`](crate::HandlerError::Retryable): after a short pause the
 //!   copy goes back to the queue; after the queue's delivery limit it is dead-lettered.
-//! - [`HandlerError::Permanent`], or a panic: the copy is
+//! - [`HandlerError::Permanent`](crate::HandlerError::Permanent), or a panic: the copy is
 //!   rejected and dead-lettered to `chime.observe.<name>.dlq`.
 //! - A body that is not a task is rejected the same way, and counted.
 //!
@@ -67,45 +67,25 @@
 mod builder;
 mod registration;
 mod session;
+mod settings;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc};
 
 use tokio::sync::Semaphore;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tracing::{info, warn};
+use tokio_util::task::TaskTracker;
 
 pub use builder::ObserverBuilder;
+pub use settings::ObserveResult;
 
-use crate::{
-    backoff::Backoff,
-    error::ConsumerError,
-    handler::{BoxFuture, HandlerError},
-    protocol::{TaskMessage, topology},
-};
-use session::{ObserverSession, SessionEnd};
-
-/// What an observer's handler returns: `Ok(())` to acknowledge the copy, or a
-/// [`HandlerError`] (retryable: back to the queue; permanent: dead-lettered).
-pub type ObserveResult = Result<(), HandlerError>;
-
-/// An observer's handler, boxed.
-type ObserveFn = dyn Fn(TaskMessage) -> BoxFuture<'static, ObserveResult> + Send + Sync;
+use crate::{error::ConsumerError, protocol::topology, reconnect};
+use session::ObserverSessions;
+use settings::{ObserveFn, Settings};
 
 /// A read-only subscriber to copies of tasks. Build one with [`Observer::builder`]; see
 /// the [module docs](self).
 pub struct Observer {
     settings: Arc<Settings>,
     handler: Arc<ObserveFn>,
-}
-
-#[derive(Debug)]
-struct Settings {
-    amqp_url: String,
-    name: String,
-    patterns: Vec<String>,
-    concurrency: usize,
-    prefetch: u16,
-    drain_timeout: Duration,
 }
 
 impl Observer {
@@ -142,58 +122,15 @@ impl Observer {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let cancel = CancellationToken::new();
-        let trigger = cancel.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            trigger.cancel();
-        });
-        let settings = &self.settings;
-        let permits = Arc::new(Semaphore::new(settings.concurrency));
+        let cancel = reconnect::cancel_on(shutdown);
+        let sessions = ObserverSessions {
+            settings: self.settings.clone(),
+            queue: self.queue(),
+            handler: self.handler,
+            permits: Arc::new(Semaphore::new(self.settings.concurrency)),
+        };
         let in_flight = TaskTracker::new();
-        let mut backoff = Backoff::default();
-        while !cancel.is_cancelled() {
-            let opened = tokio::select! {
-                opened = ObserverSession::open(settings) => opened,
-                () = cancel.cancelled() => break,
-            };
-            let session = match opened {
-                Ok(session) => session,
-                Err(error) => {
-                    let delay = backoff.next_delay();
-                    warn!(%error, observer = %settings.name, attempt = backoff.attempts(),
-                        retry_in_ms = delay.as_millis() as u64, "cannot reach rabbitmq; retrying");
-                    reconnected(settings);
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => continue,
-                        () = cancel.cancelled() => break,
-                    }
-                }
-            };
-            backoff.reset();
-            info!(observer = %settings.name, queue = %self.queue(), patterns = ?settings.patterns,
-                prefetch = settings.prefetch, "observing");
-            match session
-                .consume(&self.handler, &permits, &in_flight, &cancel)
-                .await
-            {
-                SessionEnd::Cancelled => {
-                    session.drain(&in_flight, settings.drain_timeout).await;
-                    return Ok(());
-                }
-                SessionEnd::Lost(error) => {
-                    warn!(%error, observer = %settings.name, "lost rabbitmq session; reconnecting");
-                    reconnected(settings);
-                }
-            }
-        }
-        in_flight.close();
-        let _ = tokio::time::timeout(settings.drain_timeout, in_flight.wait()).await;
+        reconnect::supervise(&sessions, &in_flight, &cancel).await;
         Ok(())
     }
-}
-
-fn reconnected(settings: &Settings) {
-    metrics::counter!("chime_observer_reconnects_total", "observer" => settings.name.clone())
-        .increment(1);
 }

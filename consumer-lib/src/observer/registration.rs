@@ -12,7 +12,7 @@ use lapin::{Connection, options::ConfirmSelectOptions};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::warn;
 
-use super::Settings;
+use super::settings::Settings;
 use crate::{
     consumer::replies::{ReplyError, ReplyPublisher},
     protocol::{OBSERVE_INTERVAL_MS, topology},

@@ -21,12 +21,13 @@ use tokio_util::{
 use tracing::{debug, info, warn};
 
 use super::{
-    ObserveFn, ObserveResult, Settings,
     registration::{self, RegistrationError},
+    settings::{ObserveFn, ObserveResult, Settings},
 };
 use crate::{
     handler::{HandlerError, catch_panic},
     protocol::{TaskMessage, topology},
+    reconnect::{SessionEnd, Supervised},
 };
 
 /// Pause before handing a copy back to the queue after a retryable failure, so a
@@ -35,7 +36,7 @@ const REQUEUE_PAUSE: Duration = Duration::from_secs(1);
 
 /// Why a session could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum OpenError {
+pub(crate) enum OpenError {
     /// Connecting, declaring or consuming failed.
     #[error("rabbitmq error: {0}")]
     Amqp(#[from] lapin::Error),
@@ -44,12 +45,66 @@ pub(super) enum OpenError {
     Registration(#[from] RegistrationError),
 }
 
-/// Why observing stopped.
-pub(super) enum SessionEnd {
-    /// Shutdown was requested.
-    Cancelled,
-    /// The connection or channel failed.
-    Lost(String),
+/// The observer's sessions, as the reconnect loop runs them.
+pub(super) struct ObserverSessions {
+    pub(super) settings: Arc<Settings>,
+    /// The observer's queue, for the logs.
+    pub(super) queue: String,
+    pub(super) handler: Arc<ObserveFn>,
+    /// One permit per handler allowed to run at once (the concurrency).
+    pub(super) permits: Arc<Semaphore>,
+}
+
+impl Supervised for ObserverSessions {
+    type Session = ObserverSession;
+    type OpenError = OpenError;
+
+    async fn open(&self) -> Result<ObserverSession, OpenError> {
+        ObserverSession::open(&self.settings).await
+    }
+
+    async fn consume(
+        &self,
+        session: &ObserverSession,
+        in_flight: &TaskTracker,
+        cancel: &CancellationToken,
+    ) -> SessionEnd {
+        session
+            .consume(&self.handler, &self.permits, in_flight, cancel)
+            .await
+    }
+
+    async fn drain(&self, session: ObserverSession, in_flight: &TaskTracker) {
+        session.drain(in_flight, self.drain_timeout()).await;
+    }
+
+    fn drain_timeout(&self) -> Duration {
+        self.settings.drain_timeout
+    }
+
+    fn opened(&self, _session: &ObserverSession) {
+        let settings = &self.settings;
+        info!(observer = %settings.name, queue = %self.queue, patterns = ?settings.patterns,
+            prefetch = settings.prefetch, "observing");
+    }
+
+    fn retrying(&self, error: &OpenError, attempt: u32, delay: Duration) {
+        warn!(%error, observer = %self.settings.name, attempt,
+            retry_in_ms = delay.as_millis() as u64, "cannot reach rabbitmq; retrying");
+        self.count_reconnect();
+    }
+
+    fn lost(&self, error: &str) {
+        warn!(%error, observer = %self.settings.name, "lost rabbitmq session; reconnecting");
+        self.count_reconnect();
+    }
+}
+
+impl ObserverSessions {
+    fn count_reconnect(&self) {
+        metrics::counter!("chime_observer_reconnects_total", "observer" => self.settings.name.clone())
+            .increment(1);
+    }
 }
 
 /// What becomes of a copy once its handler returned.

@@ -1,4 +1,4 @@
-"""A RabbitMQ virtual host per test (like tests/src/vhost.rs): made with ``rabbitmqctl``,
+"""A RabbitMQ virtual host per test (like testkit/src/vhost.rs): made with ``rabbitmqctl``,
 deleted afterwards; plus helpers to publish, read and inspect queues on it."""
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ pub mod postgres;
 pub(crate) mod reply_plan;
 mod sqlite;
 pub mod test_support;
-pub mod testing;
 mod types;
 mod update_plan;
 

@@ -177,7 +177,8 @@ fn presence(instance: &str, zone: &str, at: DateTime<Utc>) -> PresenceMessage {
 macro_rules! store_suite {
     (shared: [$($smodule:ident :: $shared:ident),* $(,)?], borrowed: [$($module:ident :: $name:ident),* $(,)?]) => {
         mod sqlite {
-            use chime_scheduler::store::{self, testing::TestDatabase};
+            use chime_scheduler::store;
+            use chime_testkit::TestDatabase;
             $(
                 #[tokio::test]
                 async fn $name() {
@@ -195,7 +196,8 @@ macro_rules! store_suite {
             )*
         }
         mod postgres {
-            use chime_scheduler::store::{self, testing::TestDatabase};
+            use chime_scheduler::store;
+            use chime_testkit::TestDatabase;
             $(
                 #[tokio::test]
                 async fn $name() {
@@ -262,7 +264,8 @@ store_suite!(
 );
 
 mod unreadable_rows {
-    use chime_scheduler::store::{self, testing::TestDatabase};
+    use chime_scheduler::store;
+    use chime_testkit::TestDatabase;
 
     #[tokio::test]
     async fn sqlite() {

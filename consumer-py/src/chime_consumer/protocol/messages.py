@@ -1,6 +1,6 @@
 """Message bodies that cross RabbitMQ, as JSON: the task the scheduler publishes, and the
 replies a consumer or observer sends back (ack, result, heartbeat, presence, observe,
-and batches of them). Mirrors ``consumer-lib/src/protocol/messages.rs`` field for field;
+and batches of them). Mirrors ``consumer-lib/src/protocol/messages/`` field for field;
 ``docs/protocol.md`` is the contract.
 
 Readers are as strict as the Rust side's ``serde``: a missing field or a value of the
