@@ -46,8 +46,9 @@ pub use open::{Backend, open, open_backend};
 pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
 pub use types::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, MAX_NOTES, NextAttempt, OverdueRun,
-    Replay, ReplyApplied, ReplyEffect, RunChange, RunPage, live_since, needs_live_zones,
+    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES, NextAttempt,
+    OverdueRun, Replay, ReplyApplied, ReplyEffect, RunChange, RunPage, live_since,
+    needs_live_zones,
 };
 
 /// Why a store operation failed.
@@ -215,11 +216,12 @@ pub trait Store: Send + Sync + 'static {
     /// results to their runs, presence messages and observer registrations. Returns what
     /// each reply did; a failure applies none of them. Replies to broadcast runs come
     /// back as [`ReplyEffect::Broadcast`], for [`record_broadcast_reply`]. `now` stamps
-    /// what the replies change (deadlines, retry times).
+    /// what the replies change (deadlines, retry times); `jitter` draws each retry's jitter.
     async fn record_replies(
         &self,
         batch: &[&Reply],
         now: DateTime<Utc>,
+        jitter: &Jitter<'_>,
     ) -> Result<Vec<ReplyApplied>, StoreError>;
 
     /// Locks run `run_id`, applies `change` to it (with its job's settings) and writes it

@@ -133,6 +133,10 @@ impl ReplyEffect {
 /// transaction; returns whether it changed anything (see [`Store::update_run`](super::Store::update_run)).
 pub type RunChange<'a> = dyn Fn(&mut Run, &JobSettings) -> bool + Send + Sync + 'a;
 
+/// A source of random draws, uniform in `[0, 1)`: the jitter of retry backoffs. The
+/// caller passes it in (`&rand::random`), so the store itself draws nothing.
+pub type Jitter<'a> = dyn Fn() -> f64 + Send + Sync + 'a;
+
 /// How far back a presence message counts: consumers seen since then are live.
 pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
     now - Duration::milliseconds(chime_consumer::protocol::PRESENCE_TTL_MS as i64)

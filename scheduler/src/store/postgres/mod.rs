@@ -33,8 +33,8 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AttemptRecord, Reply};
 
 use super::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
-    RunChange, RunPage, Store, StoreError,
+    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, NextAttempt, OverdueRun,
+    ReplyApplied, RunChange, RunPage, Store, StoreError,
 };
 use crate::domain::shard::{LeaseView, ShardToken};
 use crate::domain::{Job, LiveZones, Run};
@@ -220,9 +220,10 @@ impl Store for PostgresStore {
         &self,
         batch: &[&Reply],
         now: DateTime<Utc>,
+        jitter: &Jitter<'_>,
     ) -> Result<Vec<ReplyApplied>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let applied = replies::record_replies(&mut tx, batch, now).await?;
+        let applied = replies::record_replies(&mut tx, batch, now, jitter).await?;
         tx.commit().await?;
         Ok(applied)
     }

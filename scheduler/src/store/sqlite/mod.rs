@@ -28,8 +28,8 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AttemptRecord, Reply};
 
 use super::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
-    RunChange, RunPage, Store, StoreError,
+    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, NextAttempt, OverdueRun,
+    ReplyApplied, RunChange, RunPage, Store, StoreError,
 };
 use crate::domain::shard::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{Job, LiveZones, Run};
@@ -227,9 +227,10 @@ impl Store for SqliteStore {
         &self,
         batch: &[&Reply],
         now: DateTime<Utc>,
+        jitter: &Jitter<'_>,
     ) -> Result<Vec<ReplyApplied>, StoreError> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let applied = replies::record_replies(&mut tx, batch, now).await?;
+        let applied = replies::record_replies(&mut tx, batch, now, jitter).await?;
         tx.commit().await?;
         Ok(applied)
     }
