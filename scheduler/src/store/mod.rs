@@ -204,7 +204,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// The rounds a batch of replies is applied in, as indices into `batch`: each round
     /// goes to [`Store::record_replies`] as one transaction, and applying the rounds one
-    /// after the other is applying the batch in order (see [`reply_plan`]). The split is
+    /// after the other is applying the batch in order (see `store/reply_plan.rs`). The split is
     /// the store's to make: on PostgreSQL, a transaction that updates one run twice takes
     /// a key-share lock on its job again, in task order, which would deadlock with a fire
     /// locking the same jobs in job order; within a round each run is written once.

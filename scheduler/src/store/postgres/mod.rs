@@ -1,9 +1,9 @@
 //! The PostgreSQL store: the clustered store. Batches use arrays (`= ANY`, `UNNEST`) so a
 //! fire of many jobs is a handful of statements; instants are `timestamptz`. Cluster
 //! coordination (nodes, shard leases, notifications) lives in [`cluster`]. Each concern's
-//! SQL lives in its own file, named as in the SQLite store ([`rows`], [`jobs`], [`fire`],
-//! [`runs`], [`replies`], [`reconcile`], [`presence`], [`retention`]); this file connects
-//! and routes the trait's methods (and the cluster's) to them.
+//! SQL lives in its own file, named as in the SQLite store (`rows`, `jobs`, `fire`,
+//! `runs`, `replies`, `reconcile`, `presence`, `retention`); this file connects and
+//! routes the trait's methods (and the cluster's) to them.
 
 pub mod cluster;
 mod fire;

@@ -3,8 +3,8 @@
 //! "database is locked"), a few reader connections for reads outside a write, and
 //! `BEGIN IMMEDIATE` for every write transaction. Instants are stored as unix
 //! milliseconds. Each concern's SQL lives in its own file, named as in the PostgreSQL store
-//! ([`rows`], [`jobs`], [`fire`], [`runs`], [`replies`], [`reconcile`], [`presence`],
-//! [`retention`]); this file opens the database and routes the trait's methods to them.
+//! (`rows`, `jobs`, `fire`, `runs`, `replies`, `reconcile`, `presence`, `retention`);
+//! this file opens the database and routes the trait's methods to them.
 
 mod fire;
 mod jobs;
