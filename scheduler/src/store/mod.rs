@@ -208,9 +208,7 @@ pub trait Store: Send + Sync + 'static {
     /// the store's to make: on PostgreSQL, a transaction that updates one run twice takes
     /// a key-share lock on its job again, in task order, which would deadlock with a fire
     /// locking the same jobs in job order; within a round each run is written once.
-    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
-        reply_plan::rounds(batch)
-    }
+    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>>;
 
     /// Applies consumers' replies in order, in one transaction: acks, heartbeats and
     /// results to their runs, presence messages and observer registrations. Returns what

@@ -34,7 +34,7 @@ use chime_consumer::protocol::{AttemptRecord, Reply};
 
 use super::{
     DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, NextAttempt, OverdueRun,
-    ReplyApplied, RunChange, RunPage, Store, StoreError,
+    ReplyApplied, RunChange, RunPage, Store, StoreError, reply_plan,
 };
 use crate::domain::shard::{LeaseView, ShardToken};
 use crate::domain::{Job, LiveZones, Run};
@@ -214,6 +214,10 @@ impl Store for PostgresStore {
 
     async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
         runs::note_publish_failure(&self.pool, run_id, reason).await
+    }
+
+    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
+        reply_plan::rounds(batch)
     }
 
     async fn record_replies(

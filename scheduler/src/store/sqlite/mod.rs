@@ -29,7 +29,7 @@ use chime_consumer::protocol::{AttemptRecord, Reply};
 
 use super::{
     DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, NextAttempt, OverdueRun,
-    ReplyApplied, RunChange, RunPage, Store, StoreError,
+    ReplyApplied, RunChange, RunPage, Store, StoreError, reply_plan,
 };
 use crate::domain::shard::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{Job, LiveZones, Run};
@@ -221,6 +221,10 @@ impl Store for SqliteStore {
 
     async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
         runs::note_publish_failure(&self.writer, run_id, reason).await
+    }
+
+    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
+        reply_plan::rounds(batch)
     }
 
     async fn record_replies(
