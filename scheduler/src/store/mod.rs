@@ -42,13 +42,13 @@ use crate::domain::{Job, LiveZones, Run};
 pub use broadcast_receipt::record_broadcast_reply;
 pub(crate) use decode::{corrupt, decode_jobs, decode_runs, job_write_error, with_jobs};
 pub(crate) use fire_plan::plan_batch;
+pub use fire_plan::{live_since, needs_live_zones};
 pub use open::{Backend, open, open_backend};
 pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
 pub use types::{
     DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES, NextAttempt,
-    OverdueRun, Replay, ReplyApplied, ReplyEffect, RunChange, RunPage, live_since,
-    needs_live_zones,
+    OverdueRun, Replay, ReplyApplied, ReplyEffect, RunChange, RunPage,
 };
 
 /// Why a store operation failed.
