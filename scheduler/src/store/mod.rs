@@ -21,6 +21,7 @@ mod decode;
 mod fire_plan;
 mod open;
 pub mod postgres;
+mod reply_batch;
 pub(crate) mod reply_plan;
 mod sqlite;
 pub mod test_support;
@@ -47,7 +48,7 @@ pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
 pub use types::{
     DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES, NextAttempt,
-    OverdueRun, Replay, ReplyApplied, ReplyEffect, RunChange, RunPage,
+    OverdueRun, RecordedReplies, Replay, ReplyApplied, ReplyEffect, RunChange, RunPage,
 };
 
 /// Why a store operation failed.
@@ -94,6 +95,20 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// A batch of replies that failed part way: the rounds before the failing one are
+/// committed, and the replies they applied must not be applied again.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RepliesFailed {
+    /// The replies applied, by batch index, with what each did.
+    pub applied: Vec<(usize, ReplyApplied)>,
+    /// The transactions committed before the failure.
+    pub transactions: u32,
+    /// Why the failing round was not applied (none of its replies were).
+    #[source]
+    pub error: StoreError,
 }
 
 impl StoreError {

@@ -104,6 +104,15 @@ pub struct FireBatch {
 /// (`succeeded`, `failed` for a retry, or `dead`), the run's new state.
 pub type ReplyApplied = (ReplyEffect, Option<RunState>);
 
+/// What [`Store::record_replies`](super::Store::record_replies) did with a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedReplies {
+    /// What each reply did, in batch order.
+    pub effects: Vec<ReplyApplied>,
+    /// The transactions it committed: one per round of the batch.
+    pub transactions: u32,
+}
+
 /// What a reply did to its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyEffect {

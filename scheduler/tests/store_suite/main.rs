@@ -33,8 +33,8 @@ use chime_scheduler::{
     reconcile::broadcasts::settle_broadcast,
     retention::{PruneOutcome, Pruner, RetentionSettings},
     store::{
-        DueCursor, Expect, Firing, JobPage, NextAttempt, Replay, ReplyEffect, RunPage, Store,
-        StoreError, live_since, record_broadcast_reply, test_support::StoreTestSupport,
+        DueCursor, Expect, Firing, JobPage, NextAttempt, Replay, ReplyApplied, ReplyEffect,
+        RunPage, Store, StoreError, live_since, test_support::StoreTestSupport,
     },
 };
 

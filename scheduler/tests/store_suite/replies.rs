@@ -486,6 +486,15 @@ pub(super) async fn deadlines_follow_acks_and_heartbeats(store: &dyn Store) {
     );
 }
 
+/// Applies `replies` as one batch at `at`; what each did.
+async fn record_at(store: &dyn Store, replies: &[Reply], at: DateTime<Utc>) -> Vec<ReplyApplied> {
+    let batch: Vec<&Reply> = replies.iter().collect();
+    store
+        .record_replies(&batch, at, &rand::random)
+        .await
+        .unwrap()
+}
+
 pub(super) async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let job = with_target(
@@ -520,40 +529,30 @@ pub(super) async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
         replayed: false,
         outcome: TaskOutcome::Succeeded { output: None },
     };
-    // The per-run SQL paths leave broadcast runs to the per-instance path.
-    assert_eq!(
-        store.record_ack(&ack("a")).await.unwrap(),
-        ReplyEffect::Broadcast
-    );
-    assert_eq!(
-        store.record_result(&done("a")).await.unwrap(),
-        (ReplyEffect::Broadcast, None)
-    );
+    // A reply to a broadcast run is recorded as its instance's receipt, in the reply
+    // round that meets it (here: b's ack and a's result share the second round).
     let at = sent + Duration::milliseconds(30);
-    for reply in [
-        Reply::Ack(ack("a")),
-        Reply::Ack(ack("b")),
-        Reply::Result(done("a")),
-    ] {
-        assert_eq!(
-            record_broadcast_reply(store, &reply, at, rand::random())
-                .await
-                .unwrap(),
-            (ReplyEffect::Applied, None)
-        );
-    }
     assert_eq!(
-        record_broadcast_reply(store, &Reply::Ack(ack("a")), at, rand::random())
-            .await
-            .unwrap(),
-        (ReplyEffect::Stale, None)
+        record_at(
+            store,
+            &[
+                Reply::Ack(ack("a")),
+                Reply::Ack(ack("b")),
+                Reply::Result(done("a")),
+            ],
+            at
+        )
+        .await,
+        vec![(ReplyEffect::Applied, None); 3]
+    );
+    assert_eq!(
+        record_at(store, &[Reply::Ack(ack("a"))], at).await,
+        vec![(ReplyEffect::Stale, None)]
     );
     // b finishes while the ack window (30 s) is still open: not decided yet.
     assert_eq!(
-        record_broadcast_reply(store, &Reply::Result(done("b")), at, rand::random())
-            .await
-            .unwrap(),
-        (ReplyEffect::Applied, None)
+        record_at(store, &[Reply::Result(done("b"))], at).await,
+        vec![(ReplyEffect::Applied, None)]
     );
     assert!(
         settle_broadcast(store, id, at, rand::random())
@@ -586,11 +585,7 @@ pub(super) async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
         ]
     );
     assert!(
-        record_broadcast_reply(store, &Reply::Result(done("c")), at, rand::random())
-            .await
-            .unwrap()
-            .0
-            == ReplyEffect::Stale,
+        record_at(store, &[Reply::Result(done("c"))], at).await[0].0 == ReplyEffect::Stale,
         "a finished run takes no more receipts"
     );
 }

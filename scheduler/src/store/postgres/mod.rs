@@ -226,10 +226,10 @@ impl Store for PostgresStore {
         now: DateTime<Utc>,
         jitter: &Jitter<'_>,
     ) -> Result<Vec<ReplyApplied>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let applied = replies::record_replies(&mut tx, batch, now, jitter).await?;
-        tx.commit().await?;
-        Ok(applied)
+        replies::record_replies(&self.pool, batch, now, jitter)
+            .await
+            .map(|recorded| recorded.effects)
+            .map_err(|failed| failed.error)
     }
 
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {

@@ -1,11 +1,11 @@
-//! Applying consumers' replies on PostgreSQL, inside the caller's transaction: a batch
-//! costs one commit and a few statements per round, not one per reply.
+//! Applying consumers' replies on PostgreSQL: a batch costs one commit and a few
+//! statements per round, not one per reply.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, Row, types::Json};
+use sqlx::{PgConnection, PgPool, Row, types::Json};
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
@@ -16,40 +16,75 @@ use chime_consumer::protocol::{
 use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{
-        Jitter, ReplyApplied, ReplyEffect, StoreError, corrupt,
+        Jitter, RecordedReplies, RepliesFailed, ReplyApplied, ReplyEffect, StoreError,
+        broadcast_receipt, corrupt,
+        reply_batch::BatchProgress,
         reply_plan::{self, RunFacts, SingleWrite, Success},
     },
 };
 
-use super::rows::MAX_SET_ROWS;
+use super::{rows::MAX_SET_ROWS, runs};
 
-/// Applies `batch` at `now`, round by round (see [`reply_plan`]; a long round in parts of
-/// [`MAX_SET_ROWS`]): per part one statement locks and reads its runs in id order, one
-/// writes its acks and one its successes.
+/// Applies `batch` at `now`, round by round (see [`reply_plan`]), one transaction per
+/// round: per part of a round (at most [`MAX_SET_ROWS`] tasks) one statement locks and
+/// reads its runs in id order, one writes its acks and one its successes; its replies to
+/// broadcast runs are then recorded as receipts, each run read and written once.
 pub(super) async fn record_replies(
-    conn: &mut PgConnection,
+    pool: &PgPool,
     batch: &[&Reply],
     now: DateTime<Utc>,
     jitter: &Jitter<'_>,
-) -> Result<Vec<ReplyApplied>, StoreError> {
-    let mut effects = Vec::with_capacity(batch.len());
-    let rounds = reply_plan::rounds(batch);
-    // Parts follow each other in task order, so locks are still taken in id order.
-    for round in rounds
-        .iter()
-        .flat_map(|round| reply_plan::parts(batch, round, MAX_SET_ROWS))
-    {
-        let (ids, failure_ids) = reply_plan::round_ids(batch, round);
-        let facts = lock_runs(conn, &ids, &failure_ids).await?;
-        let plan = reply_plan::plan_round(batch, round, &facts, now, jitter);
-        write_acks(conn, &plan.acks).await?;
-        write_successes(conn, &plan.successes).await?;
-        for (index, single) in plan.singles {
-            effects.push((index, write_single(conn, single, now).await?));
+) -> Result<RecordedReplies, RepliesFailed> {
+    let mut progress = BatchProgress::new(batch.len());
+    for round in reply_plan::rounds(batch) {
+        match record_round(pool, batch, &round, now, jitter).await {
+            Ok(effects) => progress.committed(effects),
+            Err(error) => return Err(progress.failed(error)),
         }
-        effects.extend(plan.decided);
     }
-    Ok(reply_plan::in_batch_order(batch.len(), effects))
+    Ok(progress.done())
+}
+
+/// Applies one round of `batch` in one transaction.
+async fn record_round(
+    pool: &PgPool,
+    batch: &[&Reply],
+    round: &[usize],
+    now: DateTime<Utc>,
+    jitter: &Jitter<'_>,
+) -> Result<Vec<(usize, ReplyApplied)>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let mut effects = Vec::with_capacity(round.len());
+    // Parts follow each other in task order, so locks are still taken in id order.
+    for part in reply_plan::parts(batch, round, MAX_SET_ROWS) {
+        let (ids, failure_ids) = reply_plan::round_ids(batch, part);
+        let facts = lock_runs(&mut tx, &ids, &failure_ids).await?;
+        let plan = reply_plan::plan_round(batch, part, &facts, now, jitter);
+        write_acks(&mut tx, &plan.acks).await?;
+        write_successes(&mut tx, &plan.successes).await?;
+        let mut part_effects = plan.decided;
+        for (index, single) in plan.singles {
+            part_effects.push((index, write_single(&mut tx, single, now).await?));
+        }
+        for (run_id, indices) in broadcast_receipt::take_receipts(batch, &mut part_effects) {
+            // Locked already, by `lock_runs`.
+            part_effects.extend(match runs::lock_run(&mut tx, run_id).await? {
+                None => broadcast_receipt::unknown_run(&indices),
+                Some((mut run, settings)) => {
+                    let (receipts, changed) = broadcast_receipt::apply_receipts(
+                        &mut run, &settings, batch, &indices, now, jitter,
+                    );
+                    if changed {
+                        runs::write_run(&mut tx, &run).await?;
+                    }
+                    receipts
+                }
+            });
+        }
+        effects.extend(part_effects);
+    }
+    tx.commit().await?;
+    Ok(effects)
 }
 
 /// Locks the runs `ids` in id order (so collectors and the dispatcher's marker cannot

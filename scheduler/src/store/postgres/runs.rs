@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, types::Json};
+use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
 use chime_consumer::protocol::AttemptRecord;
@@ -161,30 +161,49 @@ pub(super) async fn update_run(
     change: &RunChange<'_>,
 ) -> Result<Option<(bool, Run)>, StoreError> {
     let mut tx = pool.begin().await?;
+    let Some((mut run, settings)) = lock_run(&mut tx, run_id).await? else {
+        return Ok(None);
+    };
+    if !change(&mut run, &settings) {
+        return Ok(Some((false, run)));
+    }
+    write_run(&mut tx, &run).await?;
+    tx.commit().await?;
+    Ok(Some((true, run)))
+}
+
+/// Locks run `run_id` and reads it with its job's settings; `None` if the run or its
+/// job does not exist.
+pub(super) async fn lock_run(
+    conn: &mut PgConnection,
+    run_id: Uuid,
+) -> Result<Option<(Run, JobSettings)>, StoreError> {
     let Some(row) = sqlx::query(concat!(
         "SELECT ",
         run_columns!(),
         " FROM runs WHERE id = $1 FOR UPDATE"
     ))
     .bind(run_id)
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?
     else {
         return Ok(None);
     };
-    let mut run = run_from_row(&row)?;
+    let run = run_from_row(&row)?;
     let Some(Json(settings)) =
         sqlx::query_scalar::<_, Json<JobSettings>>("SELECT settings FROM jobs WHERE id = $1")
             .bind(run.job_id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(|e| corrupt(format!("job {}", run.job_id), e))?
     else {
         return Ok(None);
     };
-    if !change(&mut run, &settings) {
-        return Ok(Some((false, run)));
-    }
+    Ok(Some((run, settings)))
+}
+
+/// Writes back what a single-run change may alter of `run` (locked by [`lock_run`]).
+pub(super) async fn write_run(conn: &mut PgConnection, run: &Run) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE runs SET state = $2, attempt = $3, dispatched_at = $4, acked_at = $5,
              finished_at = $6, consumer = $7, output = $8, error = $9, due_at = $10,
@@ -205,10 +224,9 @@ pub(super) async fn update_run(
     .bind(run.progress.as_ref().map(Json))
     .bind(run.heartbeat_at)
     .bind(Json(&run.instances))
-    .execute(&mut *tx)
+    .execute(conn)
     .await?;
-    tx.commit().await?;
-    Ok(Some((true, run)))
+    Ok(())
 }
 
 pub(super) async fn note_on_run(

@@ -233,10 +233,10 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
         jitter: &Jitter<'_>,
     ) -> Result<Vec<ReplyApplied>, StoreError> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let applied = replies::record_replies(&mut tx, batch, now, jitter).await?;
-        tx.commit().await?;
-        Ok(applied)
+        replies::record_replies(&self.writer, batch, now, jitter)
+            .await
+            .map(|recorded| recorded.effects)
+            .map_err(|failed| failed.error)
     }
 
     async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {

@@ -1,11 +1,11 @@
-//! Applying consumers' replies on SQLite, inside the caller's write transaction: a batch
-//! costs one commit and a few statements per round, not one per reply.
+//! Applying consumers' replies on SQLite: a batch costs one commit and a few statements
+//! per round, not one per reply.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::SqliteConnection;
+use sqlx::{SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use chime_consumer::protocol::{
@@ -13,38 +13,76 @@ use chime_consumer::protocol::{
     TaskOutcome,
 };
 
-use super::rows::{ms, record_text};
+use super::{
+    rows::{ms, record_text},
+    runs,
+};
 use crate::store::corrupt;
 use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{
-        Jitter, ReplyApplied, ReplyEffect, StoreError,
+        Jitter, RecordedReplies, RepliesFailed, ReplyApplied, ReplyEffect, StoreError,
+        broadcast_receipt,
+        reply_batch::BatchProgress,
         reply_plan::{self, RunFacts, SingleWrite, Success},
     },
 };
 
-/// Applies `batch` at `now`, round by round (see [`reply_plan`]): per round one statement
-/// reads its runs, one writes its acks and one its successes. Each statement is a trip
-/// to sqlx's SQLite worker thread, which costs far more than SQLite's own work.
+/// Applies `batch` at `now`, round by round (see [`reply_plan`]), one write transaction
+/// per round: per round one statement reads its runs, one writes its acks and one its
+/// successes; its replies to broadcast runs are then recorded as receipts, each run read
+/// and written once. Each statement is a trip to sqlx's SQLite worker thread, which
+/// costs far more than SQLite's own work.
 pub(super) async fn record_replies(
-    conn: &mut SqliteConnection,
+    writer: &SqlitePool,
     batch: &[&Reply],
     now: DateTime<Utc>,
     jitter: &Jitter<'_>,
-) -> Result<Vec<ReplyApplied>, StoreError> {
-    let mut effects = Vec::with_capacity(batch.len());
+) -> Result<RecordedReplies, RepliesFailed> {
+    let mut progress = BatchProgress::new(batch.len());
     for round in reply_plan::rounds(batch) {
-        let (ids, failure_ids) = reply_plan::round_ids(batch, &round);
-        let facts = read_runs(conn, &ids, &failure_ids).await?;
-        let plan = reply_plan::plan_round(batch, &round, &facts, now, jitter);
-        write_acks(conn, &plan.acks, now).await?;
-        write_successes(conn, &plan.successes).await?;
-        for (index, single) in plan.singles {
-            effects.push((index, write_single(conn, single, now).await?));
+        match record_round(writer, batch, &round, now, jitter).await {
+            Ok(effects) => progress.committed(effects),
+            Err(error) => return Err(progress.failed(error)),
         }
-        effects.extend(plan.decided);
     }
-    Ok(reply_plan::in_batch_order(batch.len(), effects))
+    Ok(progress.done())
+}
+
+/// Applies one round of `batch` in one write transaction.
+async fn record_round(
+    writer: &SqlitePool,
+    batch: &[&Reply],
+    round: &[usize],
+    now: DateTime<Utc>,
+    jitter: &Jitter<'_>,
+) -> Result<Vec<(usize, ReplyApplied)>, StoreError> {
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let (ids, failure_ids) = reply_plan::round_ids(batch, round);
+    let facts = read_runs(&mut tx, &ids, &failure_ids).await?;
+    let plan = reply_plan::plan_round(batch, round, &facts, now, jitter);
+    write_acks(&mut tx, &plan.acks, now).await?;
+    write_successes(&mut tx, &plan.successes).await?;
+    let mut effects = plan.decided;
+    for (index, single) in plan.singles {
+        effects.push((index, write_single(&mut tx, single, now).await?));
+    }
+    for (run_id, indices) in broadcast_receipt::take_receipts(batch, &mut effects) {
+        effects.extend(match runs::read_run(&mut tx, run_id).await? {
+            None => broadcast_receipt::unknown_run(&indices),
+            Some((mut run, settings)) => {
+                let (receipts, changed) = broadcast_receipt::apply_receipts(
+                    &mut run, &settings, batch, &indices, now, jitter,
+                );
+                if changed {
+                    runs::write_run(&mut tx, &run).await?;
+                }
+                receipts
+            }
+        });
+    }
+    tx.commit().await?;
+    Ok(effects)
 }
 
 /// Reads the runs `ids` (the write transaction already excludes other writers); the job

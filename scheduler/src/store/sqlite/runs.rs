@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::SqlitePool;
+use sqlx::{SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use chime_consumer::protocol::AttemptRecord;
@@ -132,30 +132,49 @@ pub(super) async fn update_run(
     change: &RunChange<'_>,
 ) -> Result<Option<(bool, Run)>, StoreError> {
     let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let Some((mut run, settings)) = read_run(&mut tx, run_id).await? else {
+        return Ok(None);
+    };
+    if !change(&mut run, &settings) {
+        return Ok(Some((false, run)));
+    }
+    write_run(&mut tx, &run).await?;
+    tx.commit().await?;
+    Ok(Some((true, run)))
+}
+
+/// Reads run `run_id` with its job's settings, inside the caller's write transaction
+/// (which already excludes other writers); `None` if the run or its job does not exist.
+pub(super) async fn read_run(
+    conn: &mut SqliteConnection,
+    run_id: Uuid,
+) -> Result<Option<(Run, JobSettings)>, StoreError> {
     let Some(row) = sqlx::query(concat!(
         "SELECT ",
         run_columns!(),
         " FROM runs WHERE id = ?"
     ))
     .bind(run_id.to_string())
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?
     else {
         return Ok(None);
     };
-    let mut run = run_from_row(&row)?;
+    let run = run_from_row(&row)?;
     let Some(settings) = sqlx::query_scalar::<_, String>("SELECT settings FROM jobs WHERE id = ?")
         .bind(run.job_id.to_string())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?
     else {
         return Ok(None);
     };
     let settings: JobSettings =
         serde_json::from_str(&settings).map_err(|e| corrupt(format!("job {}", run.job_id), e))?;
-    if !change(&mut run, &settings) {
-        return Ok(Some((false, run)));
-    }
+    Ok(Some((run, settings)))
+}
+
+/// Writes back what a single-run change may alter of `run` (read by [`read_run`]).
+pub(super) async fn write_run(conn: &mut SqliteConnection, run: &Run) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE runs SET state = ?2, attempt = ?3, dispatched_at = ?4, acked_at = ?5,
              finished_at = ?6, consumer = ?7, output = ?8, error = ?9, due_at = ?10,
@@ -180,10 +199,9 @@ pub(super) async fn update_run(
     )
     .bind(opt_ms(run.heartbeat_at))
     .bind(serde_json::to_string(&run.instances).expect("receipts serialise"))
-    .execute(&mut *tx)
+    .execute(conn)
     .await?;
-    tx.commit().await?;
-    Ok(Some((true, run)))
+    Ok(())
 }
 
 pub(super) async fn note_on_run(
