@@ -5,7 +5,8 @@
 //! (`scheduler/tests/store_suite/`).
 //!
 //! This file holds the trait and [`StoreError`]. Beside it: the types the trait speaks
-//! (`types.rs`), the SQL fragments both backends share (`sql.rs`), row decoding
+//! (`types.rs`), the SQL fragments both backends share (`sql.rs`), the routing of the
+//! trait's methods to each backend's files (`delegate.rs`), row decoding
 //! (`decode.rs`), opening a store from a URL (`open.rs`), and the decisions both backends
 //! share, free of I/O: the fire batch (`fire_plan.rs`), a job update (`update_plan.rs`) and
 //! a batch of replies (`reply_plan.rs`).
@@ -15,6 +16,8 @@
 
 #[macro_use]
 mod sql;
+#[macro_use]
+mod delegate;
 
 mod broadcast_receipt;
 mod decode;

@@ -2,8 +2,8 @@
 //! fire of many jobs is a handful of statements; instants are `timestamptz`. Cluster
 //! coordination (nodes, shard leases, notifications) lives in [`cluster`]. Each concern's
 //! SQL lives in its own file, named as in the SQLite store (`rows`, `jobs`, `fire`,
-//! `runs`, `replies`, `reconcile`, `presence`, `retention`); this file connects and
-//! routes the trait's methods (and the cluster's) to them.
+//! `runs`, `replies`, `reconcile`, `presence`, `retention`); this file connects, routes
+//! the cluster's methods to them, and has the trait's routed by name (`store/delegate.rs`).
 
 pub mod cluster;
 mod fire;
@@ -15,13 +15,8 @@ mod retention;
 mod rows;
 mod runs;
 
-use std::{
-    collections::{BTreeSet, HashSet},
-    str::FromStr,
-    time::Duration as StdDuration,
-};
+use std::{collections::BTreeSet, str::FromStr, time::Duration as StdDuration};
 
-use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use sqlx::{
@@ -30,14 +25,9 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, Reply};
-
-use super::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, NextAttempt, OverdueRun,
-    ReplyApplied, RunChange, RunPage, Store, StoreError, reply_plan,
-};
+use super::{FireBatch, Firing, StoreError};
+use crate::domain::Job;
 use crate::domain::shard::{LeaseView, ShardToken};
-use crate::domain::{Job, LiveZones, Run};
 use cluster::{Acquired, NodeRow};
 
 /// Healthy transactions here never wait between statements; this bounds how long a
@@ -148,50 +138,14 @@ impl PostgresStore {
     }
 }
 
-#[async_trait]
-impl Store for PostgresStore {
+// The trait's other methods are routed by name (see `store/delegate.rs`).
+route_store!(PostgresStore, reads: pool, writes: pool, {
     fn backend(&self) -> &'static str {
         "postgres"
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
     async fn insert_job(&self, job: &Job) -> Result<(), StoreError> {
         jobs::insert_job(&self.pool, self.shard_count, job).await
-    }
-
-    async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        jobs::get_job(&self.pool, id).await
-    }
-
-    async fn list_jobs(&self, page: &JobPage) -> Result<Vec<Job>, StoreError> {
-        jobs::list_jobs(&self.pool, page).await
-    }
-
-    async fn update_job(
-        &self,
-        job: &Job,
-        expected_version: i64,
-        set_next_fire: bool,
-    ) -> Result<Job, StoreError> {
-        jobs::update_job(&self.pool, job, expected_version, set_next_fire).await
-    }
-
-    async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError> {
-        jobs::delete_job(&self.pool, id).await
-    }
-
-    async fn due_jobs(
-        &self,
-        after: DueCursor,
-        before: DateTime<Utc>,
-        limit: u32,
-        shards: Option<&[u32]>,
-    ) -> Result<DuePage, StoreError> {
-        fire::due_jobs(&self.pool, after, before, limit, shards).await
     }
 
     async fn fire(
@@ -203,147 +157,7 @@ impl Store for PostgresStore {
     ) -> Result<FireBatch, StoreError> {
         fire::fire(&self.pool, self.shard_count, job_ids, now, grace, firing).await
     }
-
-    async fn insert_run(&self, run: &Run) -> Result<bool, StoreError> {
-        fire::insert_run(&self.pool, run).await
-    }
-
-    async fn mark_dispatched(&self, run_ids: &[Uuid], at: DateTime<Utc>) -> Result<(), StoreError> {
-        runs::mark_dispatched(&self.pool, run_ids, at).await
-    }
-
-    async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
-        runs::note_publish_failure(&self.pool, run_id, reason).await
-    }
-
-    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
-        reply_plan::rounds(batch)
-    }
-
-    async fn record_replies(
-        &self,
-        batch: &[&Reply],
-        now: DateTime<Utc>,
-        jitter: &Jitter<'_>,
-    ) -> Result<Vec<ReplyApplied>, StoreError> {
-        replies::record_replies(&self.pool, batch, now, jitter)
-            .await
-            .map(|recorded| recorded.effects)
-            .map_err(|failed| failed.error)
-    }
-
-    async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
-        runs::get_run(&self.pool, id).await
-    }
-
-    async fn list_runs(&self, job_id: Uuid, page: &RunPage) -> Result<Vec<Run>, StoreError> {
-        runs::list_runs(&self.pool, job_id, page).await
-    }
-
-    async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError> {
-        runs::scheduled_runs(&self.pool, run_ids).await
-    }
-
-    async fn overdue_runs(
-        &self,
-        now: DateTime<Utc>,
-        unconfirmed_before: DateTime<Utc>,
-        after: Option<(DateTime<Utc>, Uuid)>,
-        limit: u32,
-        shards: Option<&[u32]>,
-    ) -> Result<Vec<OverdueRun>, StoreError> {
-        reconcile::overdue_runs(&self.pool, now, unconfirmed_before, after, limit, shards).await
-    }
-
-    async fn next_attempts(
-        &self,
-        runs: &[NextAttempt<'_>],
-        now: DateTime<Utc>,
-    ) -> Result<HashSet<Uuid>, StoreError> {
-        reconcile::next_attempts(&self.pool, runs, now).await
-    }
-
-    async fn kill_run(
-        &self,
-        run_id: Uuid,
-        expect: Expect,
-        reason: &str,
-        record: Option<&AttemptRecord>,
-        dead_lettered: bool,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        reconcile::kill_run(
-            &self.pool,
-            run_id,
-            expect,
-            reason,
-            record,
-            dead_lettered,
-            now,
-        )
-        .await
-    }
-
-    async fn mark_dead_lettered(&self, run_id: Uuid) -> Result<(), StoreError> {
-        reconcile::mark_dead_lettered(&self.pool, run_id).await
-    }
-
-    async fn await_consumer(
-        &self,
-        runs: &[(Uuid, u32)],
-        now: DateTime<Utc>,
-    ) -> Result<HashSet<Uuid>, StoreError> {
-        reconcile::await_consumer(&self.pool, runs, now).await
-    }
-
-    async fn target_groups(&self) -> Result<Vec<String>, StoreError> {
-        jobs::target_groups(&self.pool).await
-    }
-
-    async fn update_run(
-        &self,
-        run_id: Uuid,
-        change: &RunChange<'_>,
-    ) -> Result<Option<(bool, Run)>, StoreError> {
-        runs::update_run(&self.pool, run_id, change).await
-    }
-
-    async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
-        presence::live_zones(&self.pool, since).await
-    }
-
-    async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
-        presence::observed_patterns(&self.pool, since).await
-    }
-
-    async fn observer_names(&self) -> Result<Vec<String>, StoreError> {
-        presence::observer_names(&self.pool).await
-    }
-
-    async fn note_on_run(&self, run_id: Uuid, record: &AttemptRecord) -> Result<bool, StoreError> {
-        runs::note_on_run(&self.pool, run_id, record).await
-    }
-
-    async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
-        retention::prune_runs(&self.pool, cutoff, limit).await
-    }
-
-    async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
-        retention::prune_consumers(&self.pool, cutoff, limit).await
-    }
-
-    async fn prune_observers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
-        retention::prune_observers(&self.pool, cutoff, limit).await
-    }
-
-    async fn fire_items(
-        &self,
-        job_id: Uuid,
-        fire_time: DateTime<Utc>,
-    ) -> Result<Vec<Run>, StoreError> {
-        runs::fire_items(&self.pool, job_id, fire_time).await
-    }
-}
+});
 
 impl PostgresStore {
     /// `EXPLAIN (ANALYZE, FORMAT JSON)` of one retention batch, rolled back, for tests

@@ -4,7 +4,8 @@
 //! `BEGIN IMMEDIATE` for every write transaction. Instants are stored as unix
 //! milliseconds. Each concern's SQL lives in its own file, named as in the PostgreSQL store
 //! (`rows`, `jobs`, `fire`, `runs`, `replies`, `reconcile`, `presence`, `retention`);
-//! this file opens the database and routes the trait's methods to them.
+//! this file opens the database and has the trait's methods routed to them by name
+//! (`store/delegate.rs`).
 
 mod fire;
 mod jobs;
@@ -15,9 +16,8 @@ mod retention;
 mod rows;
 mod runs;
 
-use std::{collections::HashSet, path::PathBuf, str::FromStr, time::Duration as StdDuration};
+use std::{path::PathBuf, str::FromStr, time::Duration as StdDuration};
 
-use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use sqlx::{
     SqlitePool,
@@ -25,14 +25,9 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, Reply};
-
-use super::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, NextAttempt, OverdueRun,
-    ReplyApplied, RunChange, RunPage, Store, StoreError, reply_plan,
-};
+use super::{FireBatch, Firing, StoreError};
+use crate::domain::Job;
 use crate::domain::shard::{DEFAULT_SHARD_COUNT, shard_of};
-use crate::domain::{Job, LiveZones, Run};
 use rows::uuid;
 
 /// Reader connections, for reads that are not part of a write (API reads, the timer's
@@ -155,50 +150,14 @@ impl SqliteStore {
     }
 }
 
-#[async_trait]
-impl Store for SqliteStore {
+// The trait's other methods are routed by name (see `store/delegate.rs`).
+route_store!(SqliteStore, reads: readers, writes: writer, {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.readers).await?;
-        Ok(())
-    }
-
     async fn insert_job(&self, job: &Job) -> Result<(), StoreError> {
         jobs::insert_job(&self.writer, job).await
-    }
-
-    async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        jobs::get_job(&self.readers, id).await
-    }
-
-    async fn list_jobs(&self, page: &JobPage) -> Result<Vec<Job>, StoreError> {
-        jobs::list_jobs(&self.readers, page).await
-    }
-
-    async fn update_job(
-        &self,
-        job: &Job,
-        expected_version: i64,
-        set_next_fire: bool,
-    ) -> Result<Job, StoreError> {
-        jobs::update_job(&self.writer, job, expected_version, set_next_fire).await
-    }
-
-    async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError> {
-        jobs::delete_job(&self.writer, id).await
-    }
-
-    async fn due_jobs(
-        &self,
-        after: DueCursor,
-        before: DateTime<Utc>,
-        limit: u32,
-        shards: Option<&[u32]>,
-    ) -> Result<DuePage, StoreError> {
-        fire::due_jobs(&self.readers, after, before, limit, shards).await
     }
 
     async fn fire(
@@ -210,147 +169,7 @@ impl Store for SqliteStore {
     ) -> Result<FireBatch, StoreError> {
         fire::fire(&self.writer, job_ids, now, grace, firing).await
     }
-
-    async fn insert_run(&self, run: &Run) -> Result<bool, StoreError> {
-        fire::insert_run(&self.writer, run).await
-    }
-
-    async fn mark_dispatched(&self, run_ids: &[Uuid], at: DateTime<Utc>) -> Result<(), StoreError> {
-        runs::mark_dispatched(&self.writer, run_ids, at).await
-    }
-
-    async fn note_publish_failure(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
-        runs::note_publish_failure(&self.writer, run_id, reason).await
-    }
-
-    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
-        reply_plan::rounds(batch)
-    }
-
-    async fn record_replies(
-        &self,
-        batch: &[&Reply],
-        now: DateTime<Utc>,
-        jitter: &Jitter<'_>,
-    ) -> Result<Vec<ReplyApplied>, StoreError> {
-        replies::record_replies(&self.writer, batch, now, jitter)
-            .await
-            .map(|recorded| recorded.effects)
-            .map_err(|failed| failed.error)
-    }
-
-    async fn get_run(&self, id: Uuid) -> Result<Option<Run>, StoreError> {
-        runs::get_run(&self.readers, id).await
-    }
-
-    async fn list_runs(&self, job_id: Uuid, page: &RunPage) -> Result<Vec<Run>, StoreError> {
-        runs::list_runs(&self.readers, job_id, page).await
-    }
-
-    async fn scheduled_runs(&self, run_ids: &[Uuid]) -> Result<HashSet<Uuid>, StoreError> {
-        runs::scheduled_runs(&self.readers, run_ids).await
-    }
-
-    async fn overdue_runs(
-        &self,
-        now: DateTime<Utc>,
-        unconfirmed_before: DateTime<Utc>,
-        after: Option<(DateTime<Utc>, Uuid)>,
-        limit: u32,
-        shards: Option<&[u32]>,
-    ) -> Result<Vec<OverdueRun>, StoreError> {
-        reconcile::overdue_runs(&self.readers, now, unconfirmed_before, after, limit, shards).await
-    }
-
-    async fn next_attempts(
-        &self,
-        runs: &[NextAttempt<'_>],
-        now: DateTime<Utc>,
-    ) -> Result<HashSet<Uuid>, StoreError> {
-        reconcile::next_attempts(&self.writer, runs, now).await
-    }
-
-    async fn kill_run(
-        &self,
-        run_id: Uuid,
-        expect: Expect,
-        reason: &str,
-        record: Option<&AttemptRecord>,
-        dead_lettered: bool,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        reconcile::kill_run(
-            &self.writer,
-            run_id,
-            expect,
-            reason,
-            record,
-            dead_lettered,
-            now,
-        )
-        .await
-    }
-
-    async fn mark_dead_lettered(&self, run_id: Uuid) -> Result<(), StoreError> {
-        reconcile::mark_dead_lettered(&self.writer, run_id).await
-    }
-
-    async fn await_consumer(
-        &self,
-        runs: &[(Uuid, u32)],
-        now: DateTime<Utc>,
-    ) -> Result<HashSet<Uuid>, StoreError> {
-        reconcile::await_consumer(&self.writer, runs, now).await
-    }
-
-    async fn target_groups(&self) -> Result<Vec<String>, StoreError> {
-        jobs::target_groups(&self.readers).await
-    }
-
-    async fn update_run(
-        &self,
-        run_id: Uuid,
-        change: &RunChange<'_>,
-    ) -> Result<Option<(bool, Run)>, StoreError> {
-        runs::update_run(&self.writer, run_id, change).await
-    }
-
-    async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError> {
-        presence::live_zones(&self.readers, since).await
-    }
-
-    async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
-        presence::observed_patterns(&self.readers, since).await
-    }
-
-    async fn observer_names(&self) -> Result<Vec<String>, StoreError> {
-        presence::observer_names(&self.readers).await
-    }
-
-    async fn note_on_run(&self, run_id: Uuid, record: &AttemptRecord) -> Result<bool, StoreError> {
-        runs::note_on_run(&self.writer, run_id, record).await
-    }
-
-    async fn prune_runs(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
-        retention::prune_runs(&self.writer, cutoff, limit).await
-    }
-
-    async fn prune_consumers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
-        retention::prune_consumers(&self.writer, cutoff, limit).await
-    }
-
-    async fn prune_observers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError> {
-        retention::prune_observers(&self.writer, cutoff, limit).await
-    }
-
-    async fn fire_items(
-        &self,
-        job_id: Uuid,
-        fire_time: DateTime<Utc>,
-    ) -> Result<Vec<Run>, StoreError> {
-        runs::fire_items(&self.readers, job_id, fire_time).await
-    }
-}
+});
 
 impl SqliteStore {
     /// The query plan of the reconciler's overdue-runs query, one line per step, as
