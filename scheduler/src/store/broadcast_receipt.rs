@@ -41,39 +41,38 @@ pub(crate) fn take_receipts(
     groups
 }
 
-/// Applies replies `indices` of `batch`, all about `run`, to it in order as its
-/// instances' receipts at `now` (`jitter` draws a retry's jitter if a result decides
-/// one). Returns what each did, and whether the run changed (and must be written back).
-pub(crate) fn apply_receipts(
-    run: &mut Run,
-    settings: &JobSettings,
+/// Applies replies `indices` of `batch`, all about one run, as its instances' receipts
+/// at `now`, to the run and its job's settings as `found` in the round (`None`: no such
+/// run or job). `jitter` draws a retry's jitter if a result decides one. Returns what
+/// each reply did, and the run to write back if they changed it.
+pub(crate) fn decide_receipts(
+    found: Option<(Run, JobSettings)>,
     batch: &[&Reply],
     indices: &[usize],
     now: DateTime<Utc>,
     jitter: &Jitter<'_>,
-) -> (Vec<(usize, ReplyApplied)>, bool) {
+) -> (Vec<(usize, ReplyApplied)>, Option<Run>) {
+    let Some((mut run, settings)) = found else {
+        let unknown = indices
+            .iter()
+            .map(|&index| (index, (ReplyEffect::UnknownRun, None)))
+            .collect();
+        return (unknown, None);
+    };
     let mut changed = false;
     let effects = indices
         .iter()
         .map(|&index| {
-            let applied = if receipt(run, settings, batch[index], now, jitter) {
+            let applied = if receipt(&mut run, &settings, batch[index], now, jitter) {
                 changed = true;
-                (ReplyEffect::Applied, decided(run))
+                (ReplyEffect::Applied, decided(&run))
             } else {
                 (ReplyEffect::Stale, None)
             };
             (index, applied)
         })
         .collect();
-    (effects, changed)
-}
-
-/// The effects of replies `indices` when their run (or its job) no longer exists.
-pub(crate) fn unknown_run(indices: &[usize]) -> Vec<(usize, ReplyApplied)> {
-    indices
-        .iter()
-        .map(|&index| (index, (ReplyEffect::UnknownRun, None)))
-        .collect()
+    (effects, changed.then_some(run))
 }
 
 /// Applies one ack, heartbeat or result to broadcast `run`; false if it changes nothing.

@@ -2,8 +2,34 @@
 //! `reply_plan`'s): what both backends keep account of around their SQL, so a failing
 //! round reports what the rounds before it committed.
 
-use super::{RepliesFailed, StoreError, reply_plan::in_batch_order, types::RecordedReplies};
-use crate::store::ReplyApplied;
+use chime_consumer::protocol::Reply;
+
+use super::{
+    RepliesFailed, StoreError,
+    reply_plan::{Round, in_batch_order, rounds},
+    types::{RecordedReplies, ReplyApplied},
+};
+
+/// Applies `batch` round by round with `record_round`, which applies one round in one
+/// transaction and returns what each of its replies (by batch index) did; stops at the
+/// first round that fails.
+pub(crate) async fn record_rounds<F, Fut>(
+    batch: &[&Reply],
+    mut record_round: F,
+) -> Result<RecordedReplies, RepliesFailed>
+where
+    F: FnMut(Round) -> Fut,
+    Fut: Future<Output = Result<Vec<(usize, ReplyApplied)>, StoreError>>,
+{
+    let mut progress = BatchProgress::new(batch.len());
+    for round in rounds(batch) {
+        match record_round(round).await {
+            Ok(effects) => progress.committed(effects),
+            Err(error) => return Err(progress.failed(error)),
+        }
+    }
+    Ok(progress.done())
+}
 
 /// The rounds of a batch committed so far.
 #[derive(Debug)]

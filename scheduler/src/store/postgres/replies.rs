@@ -17,9 +17,8 @@ use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{
         Jitter, RecordedReplies, RepliesFailed, ReplyApplied, ReplyEffect, StoreError,
-        broadcast_receipt, corrupt,
-        reply_batch::BatchProgress,
-        reply_plan::{self, RunFacts, SingleWrite, Success},
+        broadcast_receipt, corrupt, reply_batch,
+        reply_plan::{self, Round, RunFacts, SingleWrite, Success},
     },
 };
 
@@ -35,28 +34,21 @@ pub(super) async fn record_replies(
     now: DateTime<Utc>,
     jitter: &Jitter<'_>,
 ) -> Result<RecordedReplies, RepliesFailed> {
-    let mut progress = BatchProgress::new(batch.len());
-    for round in reply_plan::rounds(batch) {
-        match record_round(pool, batch, &round, now, jitter).await {
-            Ok(effects) => progress.committed(effects),
-            Err(error) => return Err(progress.failed(error)),
-        }
-    }
-    Ok(progress.done())
+    reply_batch::record_rounds(batch, |round| record_round(pool, batch, round, now, jitter)).await
 }
 
 /// Applies one round of `batch` in one transaction.
 async fn record_round(
     pool: &PgPool,
     batch: &[&Reply],
-    round: &[usize],
+    round: Round,
     now: DateTime<Utc>,
     jitter: &Jitter<'_>,
 ) -> Result<Vec<(usize, ReplyApplied)>, StoreError> {
     let mut tx = pool.begin().await?;
     let mut effects = Vec::with_capacity(round.len());
     // Parts follow each other in task order, so locks are still taken in id order.
-    for part in reply_plan::parts(batch, round, MAX_SET_ROWS) {
+    for part in reply_plan::parts(batch, &round, MAX_SET_ROWS) {
         let (ids, failure_ids) = reply_plan::round_ids(batch, part);
         let facts = lock_runs(&mut tx, &ids, &failure_ids).await?;
         let plan = reply_plan::plan_round(batch, part, &facts, now, jitter);
@@ -68,18 +60,13 @@ async fn record_round(
         }
         for (run_id, indices) in broadcast_receipt::take_receipts(batch, &mut part_effects) {
             // Locked already, by `lock_runs`.
-            part_effects.extend(match runs::lock_run(&mut tx, run_id).await? {
-                None => broadcast_receipt::unknown_run(&indices),
-                Some((mut run, settings)) => {
-                    let (receipts, changed) = broadcast_receipt::apply_receipts(
-                        &mut run, &settings, batch, &indices, now, jitter,
-                    );
-                    if changed {
-                        runs::write_run(&mut tx, &run).await?;
-                    }
-                    receipts
-                }
-            });
+            let found = runs::lock_run(&mut tx, run_id).await?;
+            let (receipts, write) =
+                broadcast_receipt::decide_receipts(found, batch, &indices, now, jitter);
+            if let Some(run) = write {
+                runs::write_run(&mut tx, &run).await?;
+            }
+            part_effects.extend(receipts);
         }
         effects.extend(part_effects);
     }

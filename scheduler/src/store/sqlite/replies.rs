@@ -22,9 +22,8 @@ use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{
         Jitter, RecordedReplies, RepliesFailed, ReplyApplied, ReplyEffect, StoreError,
-        broadcast_receipt,
-        reply_batch::BatchProgress,
-        reply_plan::{self, RunFacts, SingleWrite, Success},
+        broadcast_receipt, reply_batch,
+        reply_plan::{self, Round, RunFacts, SingleWrite, Success},
     },
 };
 
@@ -39,28 +38,24 @@ pub(super) async fn record_replies(
     now: DateTime<Utc>,
     jitter: &Jitter<'_>,
 ) -> Result<RecordedReplies, RepliesFailed> {
-    let mut progress = BatchProgress::new(batch.len());
-    for round in reply_plan::rounds(batch) {
-        match record_round(writer, batch, &round, now, jitter).await {
-            Ok(effects) => progress.committed(effects),
-            Err(error) => return Err(progress.failed(error)),
-        }
-    }
-    Ok(progress.done())
+    reply_batch::record_rounds(batch, |round| {
+        record_round(writer, batch, round, now, jitter)
+    })
+    .await
 }
 
 /// Applies one round of `batch` in one write transaction.
 async fn record_round(
     writer: &SqlitePool,
     batch: &[&Reply],
-    round: &[usize],
+    round: Round,
     now: DateTime<Utc>,
     jitter: &Jitter<'_>,
 ) -> Result<Vec<(usize, ReplyApplied)>, StoreError> {
     let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-    let (ids, failure_ids) = reply_plan::round_ids(batch, round);
+    let (ids, failure_ids) = reply_plan::round_ids(batch, &round);
     let facts = read_runs(&mut tx, &ids, &failure_ids).await?;
-    let plan = reply_plan::plan_round(batch, round, &facts, now, jitter);
+    let plan = reply_plan::plan_round(batch, &round, &facts, now, jitter);
     write_acks(&mut tx, &plan.acks, now).await?;
     write_successes(&mut tx, &plan.successes).await?;
     let mut effects = plan.decided;
@@ -68,18 +63,13 @@ async fn record_round(
         effects.push((index, write_single(&mut tx, single, now).await?));
     }
     for (run_id, indices) in broadcast_receipt::take_receipts(batch, &mut effects) {
-        effects.extend(match runs::read_run(&mut tx, run_id).await? {
-            None => broadcast_receipt::unknown_run(&indices),
-            Some((mut run, settings)) => {
-                let (receipts, changed) = broadcast_receipt::apply_receipts(
-                    &mut run, &settings, batch, &indices, now, jitter,
-                );
-                if changed {
-                    runs::write_run(&mut tx, &run).await?;
-                }
-                receipts
-            }
-        });
+        let found = runs::read_run(&mut tx, run_id).await?;
+        let (receipts, write) =
+            broadcast_receipt::decide_receipts(found, batch, &indices, now, jitter);
+        if let Some(run) = write {
+            runs::write_run(&mut tx, &run).await?;
+        }
+        effects.extend(receipts);
     }
     tx.commit().await?;
     Ok(effects)
