@@ -125,3 +125,76 @@ pub async fn record_broadcast_reply(
         Some((true, run)) => (ReplyEffect::Applied, decided(&run)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use chime_consumer::protocol::AckMessage;
+
+    use super::*;
+    use crate::domain::RunTrigger;
+
+    fn ack(task: u128, instance: &str) -> Reply {
+        Reply::Ack(AckMessage {
+            v: 1,
+            task_id: Uuid::from_u128(task),
+            attempt: 1,
+            consumer: instance.into(),
+            acked_at: Utc::now(),
+        })
+    }
+
+    #[test]
+    fn receipts_are_taken_by_run_in_batch_order() {
+        let replies = [ack(2, "a"), ack(1, "a"), ack(2, "b"), ack(3, "a")];
+        let batch: Vec<&Reply> = replies.iter().collect();
+        let mut effects = vec![
+            (3, (ReplyEffect::Applied, None)),
+            (2, (ReplyEffect::Broadcast, None)),
+            (1, (ReplyEffect::Broadcast, None)),
+            (0, (ReplyEffect::Broadcast, None)),
+        ];
+        let receipts = take_receipts(&batch, &mut effects);
+        assert_eq!(
+            receipts,
+            vec![
+                (Uuid::from_u128(1), vec![1]),
+                (Uuid::from_u128(2), vec![0, 2])
+            ]
+        );
+        assert_eq!(effects, vec![(3, (ReplyEffect::Applied, None))]);
+    }
+
+    #[test]
+    fn receipts_apply_in_order_and_the_run_is_written_once() {
+        let settings = JobSettings::every_second(DeliveryMode::Broadcast, 3);
+        let now = Utc::now();
+        let mut run = Run::new(
+            Uuid::from_u128(7),
+            now,
+            RunTrigger::Schedule,
+            serde_json::Value::Null,
+            now,
+        )
+        .item(DeliveryMode::Broadcast, 0, 1, None);
+        run.state = RunState::Dispatched;
+        let task = run.id.as_u128();
+        let replies = [ack(task, "a"), ack(task, "a"), ack(task, "b")];
+        let batch: Vec<&Reply> = replies.iter().collect();
+        let jitter = || 0.5;
+        let (effects, write) =
+            decide_receipts(Some((run, settings)), &batch, &[0, 1, 2], now, &jitter);
+        assert_eq!(
+            effects,
+            vec![
+                (0, (ReplyEffect::Applied, None)),
+                (1, (ReplyEffect::Stale, None)),
+                (2, (ReplyEffect::Applied, None)),
+            ]
+        );
+        assert_eq!(write.expect("changed").instances.len(), 2);
+
+        let (effects, write) = decide_receipts(None, &batch, &[0], now, &jitter);
+        assert_eq!(effects, vec![(0, (ReplyEffect::UnknownRun, None))]);
+        assert!(write.is_none());
+    }
+}
