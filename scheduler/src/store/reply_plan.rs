@@ -190,6 +190,19 @@ pub(crate) enum SingleWrite<'a> {
     Late(&'a ResultMessage),
 }
 
+impl SingleWrite<'_> {
+    /// What the reply did once written (a heartbeat: once its statement applied it).
+    pub(crate) fn written(&self) -> ReplyApplied {
+        match self {
+            SingleWrite::Failure(_, verdict) => (ReplyEffect::Applied, verdict.state()),
+            SingleWrite::Heartbeat(_) | SingleWrite::Presence(_) | SingleWrite::Observe(_) => {
+                (ReplyEffect::Applied, None)
+            }
+            SingleWrite::Late(_) => (ReplyEffect::Stale, None),
+        }
+    }
+}
+
 /// How one round is written, and what each of its replies did.
 #[derive(Debug, Default)]
 pub(crate) struct RoundPlan<'a> {

@@ -210,25 +210,16 @@ async fn write_single(
     single: SingleWrite<'_>,
     now: DateTime<Utc>,
 ) -> Result<ReplyApplied, StoreError> {
-    Ok(match single {
-        SingleWrite::Heartbeat(heartbeat) => (record_heartbeat(conn, heartbeat).await?, None),
-        SingleWrite::Failure(result, verdict) => {
-            write_failure(conn, result, &verdict, now).await?;
-            (ReplyEffect::Applied, verdict.state())
+    match &single {
+        SingleWrite::Heartbeat(heartbeat) => {
+            return Ok((record_heartbeat(conn, heartbeat).await?, None));
         }
-        SingleWrite::Presence(presence) => {
-            record_presence(conn, presence).await?;
-            (ReplyEffect::Applied, None)
-        }
-        SingleWrite::Observe(observe) => {
-            record_observer(conn, observe).await?;
-            (ReplyEffect::Applied, None)
-        }
-        SingleWrite::Late(result) => {
-            record_late_result(conn, result).await?;
-            (ReplyEffect::Stale, None)
-        }
-    })
+        SingleWrite::Failure(result, verdict) => write_failure(conn, result, verdict, now).await?,
+        SingleWrite::Presence(presence) => record_presence(conn, presence).await?,
+        SingleWrite::Observe(observe) => record_observer(conn, observe).await?,
+        SingleWrite::Late(result) => record_late_result(conn, result).await?,
+    }
+    Ok(single.written())
 }
 
 async fn record_heartbeat(
