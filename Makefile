@@ -11,9 +11,10 @@ demo: ## run the demo until Ctrl-C (deploy/local/demo.sh)
 test: ## ensure RabbitMQ and PostgreSQL, then run every test (deploy/local/test.sh)
 	deploy/local/test.sh
 
-lint: ## cargo fmt --check and clippy with warnings as errors
+lint: ## cargo fmt --check, clippy with warnings as errors, no import circle between files
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	python3 tests/tools/import-circles.py scheduler/src consumer-lib/src testkit/src
 
 fix: ## format and apply clippy's fixes
 	cargo fmt --all

@@ -157,7 +157,8 @@ impl Applier {
     ) -> Result<(), Unapplied> {
         let applied = self
             .hold_through_outage(cancel, || {
-                self.store.record_replies(replies, chrono::Utc::now())
+                self.store
+                    .record_replies(replies, chrono::Utc::now(), &rand::random)
             })
             .await?;
         metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(1);

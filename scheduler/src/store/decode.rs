@@ -2,12 +2,14 @@
 //! is logged and left out of a batch rather than failing it, and write errors are
 //! mapped to what they mean.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration as StdDuration};
 
 use uuid::Uuid;
 
 use super::{StoreError, types::OverdueRun};
-use crate::domain::{Job, Run};
+use chime_consumer::protocol::DeliveryMode;
+
+use crate::domain::{Job, OverlapPolicy, Run, RunState, RunTrigger, WaitingFor};
 
 /// Pairs runs with their jobs (runs whose job vanished meanwhile are left out).
 pub(crate) fn with_jobs(runs: Vec<Run>, jobs: Vec<Job>) -> Vec<OverdueRun> {
@@ -77,4 +79,35 @@ pub(crate) fn job_write_error(error: sqlx::Error, job: &Job) -> StoreError {
         },
         _ => error.into(),
     }
+}
+
+/// A run's `state` column; `what` names the run in errors.
+pub(crate) fn run_state(what: &str, name: &str) -> Result<RunState, StoreError> {
+    RunState::parse(name).ok_or_else(|| corrupt(what, format!("state {name:?}")))
+}
+
+/// A run's `trigger` column.
+pub(crate) fn run_trigger(what: &str, name: &str) -> Result<RunTrigger, StoreError> {
+    RunTrigger::parse(name).ok_or_else(|| corrupt(what, format!("trigger {name:?}")))
+}
+
+/// A run's `mode` column.
+pub(crate) fn delivery_mode(what: &str, name: &str) -> Result<DeliveryMode, StoreError> {
+    DeliveryMode::parse(name).ok_or_else(|| corrupt(what, format!("mode {name:?}")))
+}
+
+/// A run's `overlap` column.
+pub(crate) fn overlap_policy(what: &str, name: &str) -> Result<OverlapPolicy, StoreError> {
+    OverlapPolicy::parse(name).ok_or_else(|| corrupt(what, format!("overlap {name:?}")))
+}
+
+/// A run's `waiting_for` column, read as what its `state` column allows (an unknown
+/// value, or one the state does not wait for, reads as nothing).
+pub(crate) fn waiting_for(state: &str, column: Option<String>) -> Option<WaitingFor> {
+    WaitingFor::of(RunState::parse(state)?, column.as_deref())
+}
+
+/// A stored millisecond count as a duration (a negative one reads as zero).
+pub(crate) fn millis(ms: i64) -> StdDuration {
+    StdDuration::from_millis(ms.max(0) as u64)
 }

@@ -1,5 +1,6 @@
 //! The fire transaction's decisions, without I/O, shared by both backends: which runs a
-//! batch of locked jobs records and where each job's next fire time moves.
+//! batch of locked jobs records and where each job's next fire time moves, and which
+//! consumers count as live for zone jobs.
 
 use std::collections::HashSet;
 
@@ -8,8 +9,19 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::TaskMessage;
 
-use super::types::{FireBatch, Firing, needs_live_zones};
-use crate::domain::{Job, LiveZones, OverlapPolicy, Run};
+use super::types::{FireBatch, Firing};
+use crate::domain::{DeliveryMode, Job, LiveZones, OverlapPolicy, Run};
+
+/// How far back a presence message counts: consumers seen since then are live.
+pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - Duration::milliseconds(chime_consumer::protocol::PRESENCE_TTL_MS as i64)
+}
+
+/// Whether firing `job` needs the live zones (a zone job without its own list).
+pub fn needs_live_zones(job: &Job) -> bool {
+    let target = &job.spec.settings.target;
+    target.mode == DeliveryMode::Zone && target.zones.is_none()
+}
 
 /// A fire transaction's plan: runs to insert and next fire times to write.
 pub(crate) struct FirePlanBatch {

@@ -41,12 +41,13 @@ use crate::domain::{Job, LiveZones, Run};
 pub use broadcast_receipt::record_broadcast_reply;
 pub(crate) use decode::{corrupt, decode_jobs, decode_runs, job_write_error, with_jobs};
 pub(crate) use fire_plan::plan_batch;
+pub use fire_plan::{live_since, needs_live_zones};
 pub use open::{Backend, open, open_backend};
 pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
 pub use types::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, MAX_NOTES, NextAttempt, OverdueRun,
-    Replay, ReplyApplied, ReplyEffect, RunChange, RunPage, live_since, needs_live_zones,
+    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES, NextAttempt,
+    OverdueRun, Replay, ReplyApplied, ReplyEffect, RunChange, RunPage,
 };
 
 /// Why a store operation failed.
@@ -202,23 +203,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// The rounds a batch of replies is applied in, as indices into `batch`: each round
     /// goes to [`Store::record_replies`] as one transaction, and applying the rounds one
-    /// after the other is applying the batch in order (see [`reply_plan`]). The split is
+    /// after the other is applying the batch in order (see `store/reply_plan.rs`). The split is
     /// the store's to make: on PostgreSQL, a transaction that updates one run twice takes
     /// a key-share lock on its job again, in task order, which would deadlock with a fire
     /// locking the same jobs in job order; within a round each run is written once.
-    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
-        reply_plan::rounds(batch)
-    }
+    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>>;
 
     /// Applies consumers' replies in order, in one transaction: acks, heartbeats and
     /// results to their runs, presence messages and observer registrations. Returns what
     /// each reply did; a failure applies none of them. Replies to broadcast runs come
     /// back as [`ReplyEffect::Broadcast`], for [`record_broadcast_reply`]. `now` stamps
-    /// what the replies change (deadlines, retry times).
+    /// what the replies change (deadlines, retry times); `jitter` draws each retry's jitter.
     async fn record_replies(
         &self,
         batch: &[&Reply],
         now: DateTime<Utc>,
+        jitter: &Jitter<'_>,
     ) -> Result<Vec<ReplyApplied>, StoreError>;
 
     /// Locks run `run_id`, applies `change` to it (with its job's settings) and writes it

@@ -30,7 +30,7 @@ use crate::{
         JobSettings, RunState,
         retry::{ResultVerdict, after_result, after_success},
     },
-    store::{ReplyApplied, ReplyEffect, StoreError, corrupt},
+    store::{Jitter, ReplyApplied, ReplyEffect, StoreError, corrupt},
 };
 
 /// What a result does to a run in `state` at `attempt` of a job with `settings`; decided
@@ -41,6 +41,7 @@ fn result_verdict(
     settings: &JobSettings,
     result: &ResultMessage,
     now: DateTime<Utc>,
+    unit: f64,
 ) -> ResultVerdict {
     after_result(
         state,
@@ -49,7 +50,7 @@ fn result_verdict(
         settings.max_attempts,
         &settings.backoff,
         now,
-        rand::random::<f64>(),
+        unit,
     )
 }
 
@@ -223,6 +224,7 @@ pub(crate) fn plan_round<'a>(
     round: &[usize],
     facts: &HashMap<Uuid, RunFacts>,
     now: DateTime<Utc>,
+    jitter: &Jitter<'_>,
 ) -> RoundPlan<'a> {
     let mut plan = RoundPlan::default();
     // An applied ack whose success follows in this round, waiting to be written with it.
@@ -261,7 +263,7 @@ pub(crate) fn plan_round<'a>(
                             .settings
                             .as_ref()
                             .expect("settings are read for every run a failure names");
-                        result_verdict(state, run.attempt, settings, result, now)
+                        result_verdict(state, run.attempt, settings, result, now, jitter())
                     };
                     match verdict {
                         ResultVerdict::Stale => {
@@ -417,7 +419,7 @@ mod tests {
         ];
         let refs: Vec<&Reply> = replies.iter().collect();
         let round: Round = (0..replies.len()).collect();
-        let plan = plan_round(&refs, &round, &facts, Utc::now());
+        let plan = plan_round(&refs, &round, &facts, Utc::now(), &rand::random);
         assert_eq!(plan.acks.len(), 1);
         assert_eq!(plan.acks[0].task_id, ids[0]);
         assert!(plan.successes.is_empty());
@@ -435,7 +437,7 @@ mod tests {
 
         let success = [Reply::Result(success(ids[1], 1))];
         let refs: Vec<&Reply> = success.iter().collect();
-        let plan = plan_round(&refs, &[0], &facts, Utc::now());
+        let plan = plan_round(&refs, &[0], &facts, Utc::now(), &rand::random);
         assert_eq!(plan.successes.len(), 1);
         assert_eq!(
             plan.decided,
@@ -527,7 +529,7 @@ mod tests {
         ];
         let refs: Vec<&Reply> = replies.iter().collect();
         let round: Round = (0..replies.len()).collect();
-        let plan = plan_round(&refs, &round, &facts, Utc::now());
+        let plan = plan_round(&refs, &round, &facts, Utc::now(), &rand::random);
         assert!(plan.acks.is_empty(), "{:?}", plan.acks);
         assert_eq!(plan.successes.len(), 2);
         assert_eq!(plan.successes[0].result.task_id, ids[0]);
@@ -553,7 +555,7 @@ mod tests {
         assert_eq!(effects[&5], (ReplyEffect::Stale, None));
 
         // An ack whose success is in a later round (not adjacent) is written on its own.
-        let plan = plan_round(&refs, &[0], &facts, Utc::now());
+        let plan = plan_round(&refs, &[0], &facts, Utc::now(), &rand::random);
         assert_eq!(plan.acks.len(), 1);
         assert!(plan.successes.is_empty());
     }

@@ -20,7 +20,9 @@ use super::{Store, StoreError};
 pub trait StoreTestSupport: Store {
     /// Applies one reply (see [`Store::record_replies`]).
     async fn record_reply(&self, reply: &Reply) -> Result<ReplyApplied, StoreError> {
-        let mut applied = self.record_replies(&[reply], Utc::now()).await?;
+        let mut applied = self
+            .record_replies(&[reply], Utc::now(), &rand::random)
+            .await?;
         Ok(applied.pop().expect("one outcome per reply"))
     }
 

@@ -133,16 +133,9 @@ impl ReplyEffect {
 /// transaction; returns whether it changed anything (see [`Store::update_run`](super::Store::update_run)).
 pub type RunChange<'a> = dyn Fn(&mut Run, &JobSettings) -> bool + Send + Sync + 'a;
 
-/// How far back a presence message counts: consumers seen since then are live.
-pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
-    now - Duration::milliseconds(chime_consumer::protocol::PRESENCE_TTL_MS as i64)
-}
-
-/// Whether firing `job` needs the live zones (a zone job without its own list).
-pub fn needs_live_zones(job: &Job) -> bool {
-    let target = &job.spec.settings.target;
-    target.mode == crate::domain::DeliveryMode::Zone && target.zones.is_none()
-}
+/// A source of random draws, uniform in `[0, 1)`: the jitter of retry backoffs. The
+/// caller passes it in (`&rand::random`), so the store itself draws nothing.
+pub type Jitter<'a> = dyn Fn() -> f64 + Send + Sync + 'a;
 
 /// A run past its `due_at`, with its job, for the reconciler.
 #[derive(Debug, Clone)]

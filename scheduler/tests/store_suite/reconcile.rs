@@ -346,7 +346,10 @@ pub(super) async fn a_late_result_for_a_dead_run_is_noted_in_its_history(store: 
     );
     // The same late success twice (a redelivery) is noted once.
     let batch = [&success, &failure, &success];
-    let effects = store.record_replies(&batch, Utc::now()).await.unwrap();
+    let effects = store
+        .record_replies(&batch, Utc::now(), &rand::random)
+        .await
+        .unwrap();
     assert!(
         effects
             .iter()

@@ -126,7 +126,7 @@ pub(super) async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn 
         Reply::Presence(presence("web-1", "dc1", now)),
     ];
     let applied: Vec<ReplyEffect> = store
-        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
         .unwrap()
         .into_iter()
@@ -153,7 +153,13 @@ pub(super) async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn 
             .of("orders"),
         ["dc1".to_string()]
     );
-    assert_eq!(store.record_replies(&[], Utc::now()).await.unwrap(), vec![]);
+    assert_eq!(
+        store
+            .record_replies(&[], Utc::now(), &rand::random)
+            .await
+            .unwrap(),
+        vec![]
+    );
     assert_eq!(
         store.record_reply(&result).await.unwrap(),
         (Stale, None),
@@ -204,7 +210,7 @@ pub(super) async fn a_round_of_many_replies_writes_every_run(store: &dyn Store) 
         },
     ));
     let applied = store
-        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
         .unwrap();
     let mut expected = vec![(ReplyEffect::Applied, None); 6];
@@ -286,7 +292,7 @@ pub(super) async fn an_ack_and_its_success_in_one_batch_write_the_run_once(store
         }));
     }
     let applied = store
-        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
         .unwrap();
     let expected: Vec<_> = runs
@@ -318,7 +324,7 @@ pub(super) async fn an_ack_and_its_success_in_one_batch_write_the_run_once(store
     }
     // Sent again (a redelivered batch), every reply is stale and nothing changes.
     let again = store
-        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
         .unwrap();
     assert!(
@@ -359,7 +365,7 @@ pub(super) async fn a_mark_after_the_replies_leaves_the_runs_as_they_wrote_them(
         ack(acked),
     ];
     store
-        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now())
+        .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
         .unwrap();
     let before = [

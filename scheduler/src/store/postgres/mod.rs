@@ -1,9 +1,9 @@
 //! The PostgreSQL store: the clustered store. Batches use arrays (`= ANY`, `UNNEST`) so a
 //! fire of many jobs is a handful of statements; instants are `timestamptz`. Cluster
 //! coordination (nodes, shard leases, notifications) lives in [`cluster`]. Each concern's
-//! SQL lives in its own file, named as in the SQLite store ([`rows`], [`jobs`], [`fire`],
-//! [`runs`], [`replies`], [`reconcile`], [`presence`], [`retention`]); this file connects
-//! and routes the trait's methods (and the cluster's) to them.
+//! SQL lives in its own file, named as in the SQLite store (`rows`, `jobs`, `fire`,
+//! `runs`, `replies`, `reconcile`, `presence`, `retention`); this file connects and
+//! routes the trait's methods (and the cluster's) to them.
 
 pub mod cluster;
 mod fire;
@@ -33,8 +33,8 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AttemptRecord, Reply};
 
 use super::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
-    RunChange, RunPage, Store, StoreError,
+    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, NextAttempt, OverdueRun,
+    ReplyApplied, RunChange, RunPage, Store, StoreError, reply_plan,
 };
 use crate::domain::shard::{LeaseView, ShardToken};
 use crate::domain::{Job, LiveZones, Run};
@@ -216,13 +216,18 @@ impl Store for PostgresStore {
         runs::note_publish_failure(&self.pool, run_id, reason).await
     }
 
+    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
+        reply_plan::rounds(batch)
+    }
+
     async fn record_replies(
         &self,
         batch: &[&Reply],
         now: DateTime<Utc>,
+        jitter: &Jitter<'_>,
     ) -> Result<Vec<ReplyApplied>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let applied = replies::record_replies(&mut tx, batch, now).await?;
+        let applied = replies::record_replies(&mut tx, batch, now, jitter).await?;
         tx.commit().await?;
         Ok(applied)
     }

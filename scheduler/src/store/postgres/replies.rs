@@ -16,7 +16,7 @@ use chime_consumer::protocol::{
 use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{
-        ReplyApplied, ReplyEffect, StoreError, corrupt,
+        Jitter, ReplyApplied, ReplyEffect, StoreError, corrupt,
         reply_plan::{self, RunFacts, SingleWrite, Success},
     },
 };
@@ -30,6 +30,7 @@ pub(super) async fn record_replies(
     conn: &mut PgConnection,
     batch: &[&Reply],
     now: DateTime<Utc>,
+    jitter: &Jitter<'_>,
 ) -> Result<Vec<ReplyApplied>, StoreError> {
     let mut effects = Vec::with_capacity(batch.len());
     let rounds = reply_plan::rounds(batch);
@@ -40,7 +41,7 @@ pub(super) async fn record_replies(
     {
         let (ids, failure_ids) = reply_plan::round_ids(batch, round);
         let facts = lock_runs(conn, &ids, &failure_ids).await?;
-        let plan = reply_plan::plan_round(batch, round, &facts, now);
+        let plan = reply_plan::plan_round(batch, round, &facts, now, jitter);
         write_acks(conn, &plan.acks).await?;
         write_successes(conn, &plan.successes).await?;
         for (index, single) in plan.singles {

@@ -1,15 +1,16 @@
 //! Rows to domain types and back on PostgreSQL, the shard and expectation parameters
 //! the queries bind, and how many rows one set-based statement may name.
 
-use std::time::Duration as StdDuration;
-
 use sqlx::{Row, postgres::PgRow, types::Json};
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, DeliveryMode};
+use chime_consumer::protocol::AttemptRecord;
 
 use crate::domain::broadcast::InstanceReceipt;
-use crate::domain::{Job, JobSpec, OverlapPolicy, Run, RunState, RunTrigger, WaitingFor};
+use crate::domain::{Job, JobSpec, Run};
+use crate::store::decode::{
+    delivery_mode, millis, overlap_policy, run_state, run_trigger, waiting_for,
+};
 use crate::store::{StoreError, corrupt};
 
 /// A shard list as a PostgreSQL `int[]`; `None` means every shard.
@@ -49,9 +50,8 @@ pub(super) fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
         shard: row.try_get::<i32, _>("shard")? as u32,
         shard_total: row.try_get::<i32, _>("shard_total")? as u32,
         attempt: row.try_get::<i32, _>("attempt")? as u32,
-        state: RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?,
-        trigger: RunTrigger::parse(&trigger)
-            .ok_or_else(|| corrupt(&what, format!("trigger {trigger:?}")))?,
+        state: run_state(&what, &state)?,
+        trigger: run_trigger(&what, &trigger)?,
         payload: row.try_get("payload")?,
         created_at: row.try_get("created_at")?,
         dispatched_at: row.try_get("dispatched_at")?,
@@ -73,33 +73,15 @@ pub(super) fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
             .map_err(|e| corrupt(&what, e))?
             .map(|p| p.0),
         heartbeat_at: row.try_get("heartbeat_at")?,
-        mode: {
-            let name: String = row.try_get("mode")?;
-            DeliveryMode::parse(&name).ok_or_else(|| corrupt(&what, format!("mode {name:?}")))?
-        },
+        mode: delivery_mode(&what, &row.try_get::<String, _>("mode")?)?,
         zone: row.try_get("zone")?,
-        overlap: {
-            let name: String = row.try_get("overlap")?;
-            OverlapPolicy::parse(&name)
-                .ok_or_else(|| corrupt(&what, format!("overlap {name:?}")))?
-        },
+        overlap: overlap_policy(&what, &row.try_get::<String, _>("overlap")?)?,
         instances: row
             .try_get::<Json<Vec<InstanceReceipt>>, _>("instances")
             .map_err(|e| corrupt(&what, e))?
             .0,
-        waiting_for: RunState::parse(&state).and_then(|state| {
-            WaitingFor::of(
-                state,
-                row.try_get::<Option<String>, _>("waiting_for")
-                    .ok()?
-                    .as_deref(),
-            )
-        }),
+        waiting_for: waiting_for(&state, row.try_get("waiting_for").ok().flatten()),
     })
-}
-
-pub(super) fn millis(ms: i64) -> StdDuration {
-    StdDuration::from_millis(ms.max(0) as u64)
 }
 
 pub(super) fn record_json(record: Option<&AttemptRecord>) -> Option<Json<&AttemptRecord>> {

@@ -3,8 +3,8 @@
 //! "database is locked"), a few reader connections for reads outside a write, and
 //! `BEGIN IMMEDIATE` for every write transaction. Instants are stored as unix
 //! milliseconds. Each concern's SQL lives in its own file, named as in the PostgreSQL store
-//! ([`rows`], [`jobs`], [`fire`], [`runs`], [`replies`], [`reconcile`], [`presence`],
-//! [`retention`]); this file opens the database and routes the trait's methods to them.
+//! (`rows`, `jobs`, `fire`, `runs`, `replies`, `reconcile`, `presence`, `retention`);
+//! this file opens the database and routes the trait's methods to them.
 
 mod fire;
 mod jobs;
@@ -28,8 +28,8 @@ use uuid::Uuid;
 use chime_consumer::protocol::{AttemptRecord, Reply};
 
 use super::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, JobPage, NextAttempt, OverdueRun, ReplyApplied,
-    RunChange, RunPage, Store, StoreError,
+    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, NextAttempt, OverdueRun,
+    ReplyApplied, RunChange, RunPage, Store, StoreError, reply_plan,
 };
 use crate::domain::shard::{DEFAULT_SHARD_COUNT, shard_of};
 use crate::domain::{Job, LiveZones, Run};
@@ -223,13 +223,18 @@ impl Store for SqliteStore {
         runs::note_publish_failure(&self.writer, run_id, reason).await
     }
 
+    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>> {
+        reply_plan::rounds(batch)
+    }
+
     async fn record_replies(
         &self,
         batch: &[&Reply],
         now: DateTime<Utc>,
+        jitter: &Jitter<'_>,
     ) -> Result<Vec<ReplyApplied>, StoreError> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let applied = replies::record_replies(&mut tx, batch, now).await?;
+        let applied = replies::record_replies(&mut tx, batch, now, jitter).await?;
         tx.commit().await?;
         Ok(applied)
     }

@@ -18,7 +18,7 @@ use crate::store::corrupt;
 use crate::{
     domain::{JobSettings, retry::ResultVerdict},
     store::{
-        ReplyApplied, ReplyEffect, StoreError,
+        Jitter, ReplyApplied, ReplyEffect, StoreError,
         reply_plan::{self, RunFacts, SingleWrite, Success},
     },
 };
@@ -30,12 +30,13 @@ pub(super) async fn record_replies(
     conn: &mut SqliteConnection,
     batch: &[&Reply],
     now: DateTime<Utc>,
+    jitter: &Jitter<'_>,
 ) -> Result<Vec<ReplyApplied>, StoreError> {
     let mut effects = Vec::with_capacity(batch.len());
     for round in reply_plan::rounds(batch) {
         let (ids, failure_ids) = reply_plan::round_ids(batch, &round);
         let facts = read_runs(conn, &ids, &failure_ids).await?;
-        let plan = reply_plan::plan_round(batch, &round, &facts, now);
+        let plan = reply_plan::plan_round(batch, &round, &facts, now, jitter);
         write_acks(conn, &plan.acks, now).await?;
         write_successes(conn, &plan.successes).await?;
         for (index, single) in plan.singles {

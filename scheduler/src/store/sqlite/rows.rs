@@ -1,16 +1,17 @@
 //! Rows to domain types and back on SQLite: instants as unix milliseconds, ids and
 //! JSON documents as text, and the shard and expectation parameters the queries bind.
 
-use std::time::Duration as StdDuration;
-
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{Row, sqlite::SqliteRow};
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, DeliveryMode};
+use chime_consumer::protocol::AttemptRecord;
 
-use crate::domain::{Job, JobSpec, OverlapPolicy, Run, RunState, RunTrigger, WaitingFor};
+use crate::domain::{Job, JobSpec, Run};
+use crate::store::decode::{
+    delivery_mode, millis, overlap_policy, run_state, run_trigger, waiting_for,
+};
 use crate::store::{StoreError, corrupt};
 
 /// A shard list as the JSON array `json_each` reads; `None` means every shard.
@@ -74,9 +75,8 @@ pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
         shard: row.try_get("shard")?,
         shard_total: row.try_get("shard_total")?,
         attempt: row.try_get("attempt")?,
-        state: RunState::parse(&state).ok_or_else(|| corrupt(&what, format!("state {state:?}")))?,
-        trigger: RunTrigger::parse(&trigger)
-            .ok_or_else(|| corrupt(&what, format!("trigger {trigger:?}")))?,
+        state: run_state(&what, &state)?,
+        trigger: run_trigger(&what, &trigger)?,
         payload: json(&what, &row.try_get::<String, _>("payload")?)?,
         created_at: instant(&what, row.try_get("created_at")?)?,
         dispatched_at: opt_instant(&what, row.try_get("dispatched_at")?)?,
@@ -97,28 +97,13 @@ pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
             .transpose()
             .map_err(|e| corrupt(&what, e))?,
         heartbeat_at: opt_instant(&what, row.try_get("heartbeat_at")?)?,
-        mode: mode(&what, &row.try_get::<String, _>("mode")?)?,
+        mode: delivery_mode(&what, &row.try_get::<String, _>("mode")?)?,
         zone: row.try_get("zone")?,
         instances: serde_json::from_str(&row.try_get::<String, _>("instances")?)
             .map_err(|e| corrupt(&what, e))?,
-        overlap: {
-            let name: String = row.try_get("overlap")?;
-            OverlapPolicy::parse(&name)
-                .ok_or_else(|| corrupt(&what, format!("overlap {name:?}")))?
-        },
-        waiting_for: RunState::parse(&state).and_then(|state| {
-            WaitingFor::of(
-                state,
-                row.try_get::<Option<String>, _>("waiting_for")
-                    .ok()?
-                    .as_deref(),
-            )
-        }),
+        overlap: overlap_policy(&what, &row.try_get::<String, _>("overlap")?)?,
+        waiting_for: waiting_for(&state, row.try_get("waiting_for").ok().flatten()),
     })
-}
-
-pub(super) fn millis(ms: i64) -> StdDuration {
-    StdDuration::from_millis(ms.max(0) as u64)
 }
 
 pub(super) fn record_text(record: Option<&AttemptRecord>) -> Option<String> {
@@ -137,10 +122,6 @@ pub(super) fn expect_sql(n: usize) -> String {
 
 pub(super) fn settings_text(job: &Job) -> String {
     serde_json::to_string(&job.spec.settings).expect("job settings serialise")
-}
-
-pub(super) fn mode(what: &str, name: &str) -> Result<DeliveryMode, StoreError> {
-    DeliveryMode::parse(name).ok_or_else(|| corrupt(what, format!("mode {name:?}")))
 }
 
 /// `run`'s columns in [`run_columns`] order, as [`insert_runs`] reads them.
