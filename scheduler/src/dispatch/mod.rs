@@ -1,19 +1,19 @@
 //! Publishing recorded runs as task messages: persistent, mandatory, with publisher
 //! confirms. Publishing is pipelined: batches go out while earlier batches' confirms are
-//! still on their way (up to [`MAX_IN_FLIGHT`] tasks), and their outcomes are written by
-//! a separate task ([`marker`]), so neither the broker's confirm latency nor a database
+//! still on their way (up to `MAX_IN_FLIGHT` tasks), and their outcomes are written by
+//! a separate task (`marker`), so neither the broker's confirm latency nor a database
 //! commit delays the next fire. A run becomes `dispatched` only on a clean confirm (an
 //! ack with no returned message); an unroutable or nacked task is noted on the run and
 //! left `scheduled`, so the reconciler publishes it again. The dispatcher survives broker
 //! outages: it reconnects with backoff and keeps every task it was given.
 //!
 //! Each task also goes to `chime.topics` as an observer copy, but only when a registered
-//! observer pattern matches it ([`observed`]).
+//! observer pattern matches it (`observed`).
 //!
 //! No task is published before its fire time: fires armed ahead of time are held
-//! ([`held`]) until then. When a job changes, its held tasks are checked against the
+//! (`held`) until then. When a job changes, its held tasks are checked against the
 //! store before they go out (the change may have withdrawn them), and while a change made
-//! on this node is in progress its job's due tasks wait for it ([`changes`]).
+//! on this node is in progress its job's due tasks wait for it (`changes`).
 //!
 //! Scheduled fires and re-publishes are *fenced*: they are published only while this node
 //! still trusts the lease of the job's shard, checked just before each task goes out. A
