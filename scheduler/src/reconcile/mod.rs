@@ -64,11 +64,6 @@ use crate::{
 const PASS_LIMIT: u32 = 1000;
 /// How far apart two nodes' clocks may be when one takes over the other's armed runs.
 const CLOCK_SKEW: Duration = Duration::from_secs(1);
-/// How long a takeover (or start) pass waits for acks of the previous owner's `scheduled` runs
-/// whose fire time has passed (it may have published them and died before marking them
-/// `dispatched`) before it publishes those that got none: short enough to keep the
-/// failover gap within 3 s (leases expire after 2 s, and a renew interval may pass).
-pub const TAKEOVER_ACK_WAIT: Duration = Duration::from_millis(500);
 /// How often the takeover wait looks whether its runs were answered.
 const TAKEOVER_ACK_POLL: Duration = Duration::from_millis(100);
 
@@ -89,8 +84,8 @@ pub struct ReconcileSettings {
     /// (`missed`).
     pub misfire_grace: Duration,
     /// How long a start or takeover pass waits for acks of the previous owner's past-due
-    /// `scheduled` runs before publishing them again (`takeover_ack_wait`, default
-    /// [`TAKEOVER_ACK_WAIT`]); zero publishes them at once.
+    /// `scheduled` runs before publishing them again (setting `takeover_ack_wait`); zero
+    /// publishes them at once.
     pub takeover_ack_wait: Duration,
 }
 
@@ -412,7 +407,7 @@ impl Reconciler {
 
     /// Of the previous owner's `scheduled` runs whose fire time has passed (found by a
     /// takeover or start pass), those still `scheduled` after waiting up to
-    /// `takeover_ack_wait` ([`TAKEOVER_ACK_WAIT`] by default) for their acks: a task the dead node published reaches a
+    /// the `takeover_ack_wait` setting for their acks: a task the dead node published reaches a
     /// live consumer within milliseconds, and its ack makes the run `acked`; publishing
     /// it again would hand a second copy to another instance, whose idempotency store
     /// (in memory by default) may not know it. Those answered meanwhile are counted in
@@ -690,6 +685,8 @@ fn unconfirmed_cutoff(settings: &ReconcileSettings, kind: PassKind) -> chrono::D
 
 #[cfg(test)]
 mod tests {
+    /// The default `takeover_ack_wait`.
+    const TAKEOVER_ACK_WAIT: Duration = Duration::from_millis(500);
     use super::*;
     use crate::timer::TimerSettings;
 
