@@ -34,6 +34,11 @@
 pub mod consumers;
 mod dead_letters;
 mod missed;
+mod pass;
+mod settings;
+
+pub use pass::PassReport;
+pub use settings::ReconcileSettings;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -59,103 +64,12 @@ use crate::{
     store::{Expect, NextAttempt, OverdueRun, Store, StoreError},
     telemetry,
 };
+use pass::{PassKind, takeover_deadline, unconfirmed_cutoff};
 
 /// Most runs examined per page.
 const PASS_LIMIT: u32 = 1000;
-/// How far apart two nodes' clocks may be when one takes over the other's armed runs.
-const CLOCK_SKEW: Duration = Duration::from_secs(1);
 /// How often the takeover wait looks whether its runs were answered.
 const TAKEOVER_ACK_POLL: Duration = Duration::from_millis(100);
-
-/// How the reconciler paces itself.
-#[derive(Debug, Clone, Copy)]
-pub struct ReconcileSettings {
-    /// Age at which an unconfirmed `scheduled` run is published again.
-    pub republish_after: Duration,
-    /// Time between passes.
-    pub interval: Duration,
-    /// How far ahead of now the timer may record fires
-    /// ([`crate::timer::TimerSettings::arming_horizon`]): a pass taking over shards collects
-    /// `scheduled` runs due up to this long (plus `CLOCK_SKEW`) from now.
-    pub armed_ahead: Duration,
-    /// How late a fire may be before it is a misfire
-    /// ([`crate::timer::TimerSettings::misfire_grace`]): a start or takeover pass judges
-    /// first-attempt `scheduled` fires later than this by their job's misfire policy
-    /// (`missed`).
-    pub misfire_grace: Duration,
-    /// How long a start or takeover pass waits for acks of the previous owner's past-due
-    /// `scheduled` runs before publishing them again (setting `takeover_ack_wait`); zero
-    /// publishes them at once.
-    pub takeover_ack_wait: Duration,
-}
-
-/// Why a pass runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PassKind {
-    /// Every `interval`.
-    Periodic,
-    /// The first pass of this process.
-    Start,
-    /// This node just gained shards.
-    Takeover,
-    /// The first pass after the collector's first progress probe came back: the start
-    /// pass judged no ack or run deadline, so this one walks them all.
-    FirstProbe,
-}
-
-impl PassKind {
-    /// The `reason` label of the re-publishes of `scheduled` runs.
-    fn reason(self) -> &'static str {
-        match self {
-            PassKind::Periodic | PassKind::Start | PassKind::FirstProbe => "unconfirmed",
-            PassKind::Takeover => "takeover",
-        }
-    }
-}
-
-/// What one pass did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct PassReport {
-    /// Overdue runs examined.
-    pub examined: usize,
-    /// Runs handed to the dispatcher again (same or next attempt), by why: the `reason`
-    /// of `chime_republishes_total` (`unconfirmed`, `takeover`, `ack_timeout`,
-    /// `run_timeout`), or `retry` for a failed attempt's next.
-    pub republished_by: BTreeMap<&'static str, usize>,
-    /// Overdue `scheduled` runs left alone because the broker confirmed their tasks and
-    /// only their `dispatched` mark is not written yet (the store is behind).
-    pub awaiting_mark: usize,
-    /// Overdue `dispatched` and `acked` runs left alone because the reply that answers
-    /// them may still wait in the reply queue (the collector is behind).
-    pub awaiting_replies: usize,
-    /// Runs given up in this pass.
-    pub killed: usize,
-    /// `dispatched` runs past their ack deadline whose work queue had no consumer: the
-    /// deadline moved on, no attempt used.
-    pub waiting_for_consumer: usize,
-    /// Dead letters published and confirmed.
-    pub dead_lettered: usize,
-}
-
-impl PassReport {
-    fn count_republished(&mut self, reason: &'static str) {
-        *self.republished_by.entry(reason).or_default() += 1;
-    }
-
-    /// Runs handed to the dispatcher again, for any reason.
-    pub fn republished(&self) -> usize {
-        self.republished_by.values().sum()
-    }
-
-    /// `republished_by` for a log line, e.g. `ack_timeout=3 unconfirmed=1`.
-    pub fn republish_reasons(&self) -> String {
-        self.republished_by
-            .iter()
-            .map(|(reason, count)| format!("{reason}={count}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-}
 
 /// An overdue run to publish as its next attempt once the store has moved it.
 struct Advance {
@@ -651,16 +565,6 @@ impl Reconciler {
     }
 }
 
-/// When a pass's takeover wait ends: `now + wait` for its first page with runs to wait
-/// for, the same instant for every later page.
-fn takeover_deadline(
-    deadline: &mut Option<tokio::time::Instant>,
-    now: tokio::time::Instant,
-    wait: Duration,
-) -> tokio::time::Instant {
-    *deadline.get_or_insert(now + wait)
-}
-
 /// The work queue that holds `item`'s task (None for a broadcast run).
 fn run_queue(item: &OverdueRun) -> Option<String> {
     let group = &item.job.spec.settings.target.group;
@@ -671,94 +575,5 @@ fn run_queue(item: &OverdueRun) -> Option<String> {
     }
 }
 
-/// Where `scheduled` runs count as overdue, relative to now: `republish_after` ago for
-/// a periodic pass; at start and on a takeover as far ahead as a previous owner may have
-/// armed fires (its clock may run ahead of ours), as nobody else will publish the runs
-/// it recorded, armed ones included.
-fn unconfirmed_cutoff(settings: &ReconcileSettings, kind: PassKind) -> chrono::Duration {
-    let bounded = |d: Duration| chrono::Duration::from_std(d).expect("bounded setting");
-    match kind {
-        PassKind::Periodic | PassKind::FirstProbe => -bounded(settings.republish_after),
-        PassKind::Start | PassKind::Takeover => bounded(settings.armed_ahead + CLOCK_SKEW),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    /// The default `takeover_ack_wait`.
-    const TAKEOVER_ACK_WAIT: Duration = Duration::from_millis(500);
-    use super::*;
-    use crate::timer::TimerSettings;
-
-    fn arming_horizon(fire_ahead: Duration) -> Duration {
-        TimerSettings {
-            lookahead: Duration::from_secs(60),
-            misfire_grace: Duration::from_secs(5),
-            fire_ahead,
-        }
-        .arming_horizon()
-    }
-
-    #[test]
-    fn a_takeover_of_many_pages_waits_for_acks_once() {
-        let start = tokio::time::Instant::now();
-        let wait = TAKEOVER_ACK_WAIT;
-        let mut deadline = None;
-        let first = takeover_deadline(&mut deadline, start, wait);
-        assert_eq!(first, start + wait);
-        // A later page, read after the first page's wait ran out, does not wait again.
-        let later = takeover_deadline(&mut deadline, start + wait * 3, wait);
-        assert_eq!(later, first);
-        // A new pass waits afresh.
-        let mut next_pass = None;
-        assert_eq!(
-            takeover_deadline(&mut next_pass, start + wait * 3, wait),
-            start + wait * 4
-        );
-    }
-
-    #[test]
-    fn a_pass_report_says_why_each_run_went_out_again() {
-        let mut report = PassReport::default();
-        for reason in ["ack_timeout", "unconfirmed", "ack_timeout", "retry"] {
-            report.count_republished(reason);
-        }
-        assert_eq!(report.republished(), 4);
-        assert_eq!(
-            report.republish_reasons(),
-            "ack_timeout=2 retry=1 unconfirmed=1"
-        );
-    }
-
-    #[test]
-    fn a_takeover_collects_everything_the_previous_owner_may_have_armed() {
-        for fire_ahead in [0, 500, 2_000, 10_000].map(Duration::from_millis) {
-            let settings = ReconcileSettings {
-                republish_after: Duration::from_secs(10),
-                interval: Duration::from_secs(1),
-                armed_ahead: arming_horizon(fire_ahead),
-                misfire_grace: Duration::from_secs(5),
-                takeover_ack_wait: TAKEOVER_ACK_WAIT,
-            };
-            // One fire transaction records up to the horizon, past `fire_ahead` itself.
-            let armed = chrono::Duration::from_std(arming_horizon(fire_ahead)).unwrap();
-            assert!(armed >= chrono::Duration::from_std(fire_ahead).unwrap());
-            for kind in [PassKind::Start, PassKind::Takeover] {
-                assert!(
-                    unconfirmed_cutoff(&settings, kind) > armed,
-                    "{fire_ahead:?}"
-                );
-            }
-            assert_eq!(
-                unconfirmed_cutoff(&settings, PassKind::Periodic),
-                -chrono::Duration::seconds(10)
-            );
-        }
-        // A herd may be armed up to 10 s ahead with the default 2 s `fire_ahead`.
-        assert_eq!(
-            arming_horizon(Duration::from_secs(2)),
-            Duration::from_millis(10_200)
-        );
-        assert_eq!(arming_horizon(Duration::ZERO), Duration::ZERO);
-    }
-}
+mod tests;
