@@ -49,4 +49,4 @@ mod takeover;
 
 pub use reconciler::Reconciler;
 pub use report::PassReport;
-pub use settings::{ReconcileSettings, TAKEOVER_ACK_WAIT};
+pub use settings::ReconcileSettings;

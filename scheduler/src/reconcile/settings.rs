@@ -6,11 +6,6 @@ use std::time::Duration;
 
 /// How far apart two nodes' clocks may be when one takes over the other's armed runs.
 const CLOCK_SKEW: Duration = Duration::from_secs(1);
-/// How long a takeover (or start) pass waits for acks of the previous owner's `scheduled` runs
-/// whose fire time has passed (it may have published them and died before marking them
-/// `dispatched`) before it publishes those that got none: short enough to keep the
-/// failover gap within 3 s (leases expire after 2 s, and a renew interval may pass).
-pub const TAKEOVER_ACK_WAIT: Duration = Duration::from_millis(500);
 
 /// How the reconciler paces itself.
 #[derive(Debug, Clone, Copy)]
@@ -21,7 +16,7 @@ pub struct ReconcileSettings {
     pub interval: Duration,
     /// How far ahead of now the timer may record fires
     /// ([`crate::timer::TimerSettings::arming_horizon`]): a pass taking over shards collects
-    /// `scheduled` runs due up to this long (plus [`CLOCK_SKEW`]) from now.
+    /// `scheduled` runs due up to this long (plus `CLOCK_SKEW`) from now.
     pub armed_ahead: Duration,
     /// How late a fire may be before it is a misfire
     /// ([`crate::timer::TimerSettings::misfire_grace`]): a start or takeover pass judges
@@ -29,8 +24,8 @@ pub struct ReconcileSettings {
     /// ([`super::missed`]).
     pub misfire_grace: Duration,
     /// How long a start or takeover pass waits for acks of the previous owner's past-due
-    /// `scheduled` runs before publishing them again (`takeover_ack_wait`, default
-    /// [`TAKEOVER_ACK_WAIT`]); zero publishes them at once.
+    /// `scheduled` runs before publishing them again (setting `takeover_ack_wait`); zero
+    /// publishes them at once.
     pub takeover_ack_wait: Duration,
 }
 
@@ -92,7 +87,7 @@ mod tests {
                 interval: Duration::from_secs(1),
                 armed_ahead: arming_horizon(fire_ahead),
                 misfire_grace: Duration::from_secs(5),
-                takeover_ack_wait: TAKEOVER_ACK_WAIT,
+                takeover_ack_wait: Duration::from_millis(500),
             };
             // One fire transaction records up to the horizon, past `fire_ahead` itself.
             let armed = chrono::Duration::from_std(arming_horizon(fire_ahead)).unwrap();

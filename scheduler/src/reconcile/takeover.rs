@@ -1,7 +1,7 @@
 //! The takeover wait: a start or takeover pass finds the previous owner's `scheduled`
 //! runs whose fire time has passed, which it may have published and died before marking
 //! `dispatched`. Before publishing them again the pass waits up to `takeover_ack_wait`
-//! ([`super::TAKEOVER_ACK_WAIT`] by default) for their acks, once per pass however many
+//! (the `takeover_ack_wait` setting) for their acks, once per pass however many
 //! pages it reads.
 
 use std::time::Duration;
@@ -72,12 +72,12 @@ fn takeover_deadline(deadline: &mut Option<Instant>, now: Instant, wait: Duratio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::TAKEOVER_ACK_WAIT;
 
     #[test]
     fn a_takeover_of_many_pages_waits_for_acks_once() {
         let start = Instant::now();
-        let wait = TAKEOVER_ACK_WAIT;
+        // The default `takeover_ack_wait`.
+        let wait = Duration::from_millis(500);
         let mut deadline = None;
         let first = takeover_deadline(&mut deadline, start, wait);
         assert_eq!(first, start + wait);
