@@ -251,10 +251,8 @@ impl Layers {
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
             fire_ahead: parse("fire_ahead").duration()?,
-            observer_copies: parse("observer_copies").with(|v| match v {
-                "registered" => Ok(ObserverCopies::Registered),
-                "all" => Ok(ObserverCopies::All),
-                _ => Err("use registered or all".to_string()),
+            observer_copies: parse("observer_copies").with(|v| {
+                ObserverCopies::parse(v).ok_or_else(|| "use registered or all".to_string())
             })?,
             misfire_grace: parse("misfire_grace").duration()?,
             republish_after: parse("republish_after").duration()?,

@@ -10,6 +10,7 @@ use axum::{
 use serde::Serialize;
 use tracing::error;
 
+use super::dto::RequestError;
 use crate::{
     app::{JobsError, RunsError},
     dlq::DlqError,
@@ -161,6 +162,17 @@ impl From<FieldError> for ApiError {
     }
 }
 
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::Invalid(e) => e.into(),
+            RequestError::PayloadTooLarge(e) => {
+                Self::field(ErrorCode::PayloadTooLarge, e.field, e.message)
+            }
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -290,6 +302,25 @@ mod tests {
         }
         .into();
         assert!(!bug.message.contains("secret"));
+    }
+
+    #[test]
+    fn request_errors_map_to_codes() {
+        let invalid: ApiError = RequestError::invalid("limit", "out of range").into();
+        assert_eq!(
+            invalid,
+            ApiError::field(ErrorCode::InvalidField, "limit", "out of range")
+        );
+        let big: ApiError =
+            RequestError::PayloadTooLarge(FieldError::new("payload", "too big")).into();
+        assert_eq!(
+            (
+                big.code.status(),
+                big.field.as_deref(),
+                big.message.as_str()
+            ),
+            (StatusCode::PAYLOAD_TOO_LARGE, Some("payload"), "too big")
+        );
     }
 
     #[test]

@@ -120,7 +120,7 @@ pub(super) async fn patch(
             };
             merged.extend(changes.clone());
             let request: JobRequest = from_value(Value::Object(merged))?;
-            request.into_spec(payload_limit)
+            request.into_spec(payload_limit).map_err(ApiError::from)
         })
         .await?;
     Ok(Json(JobResponse::from(&stored)))

@@ -6,8 +6,7 @@ use comfy_table::{Table, presets::NOTHING};
 use super::schedule_text;
 use crate::{
     api::dto::{ClusterResponse, InstanceResponse, ItemResponse, JobResponse, RunResponse},
-    cluster::shard_ranges as ranges,
-    domain::{DeliveryMode, Target, timestamp::timestamp},
+    domain::{DeliveryMode, Target, shard::shard_ranges as ranges, timestamp::timestamp},
 };
 
 pub(super) fn table(header: &[&str]) -> Table {

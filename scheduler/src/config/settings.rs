@@ -84,6 +84,8 @@ pub const SETTINGS: &[Setting] = &[
         default: "10s",
         doc: "publish a recorded run again when the broker has not confirmed it after this long",
     },
+    // Short enough to keep the failover gap within 3 s (leases expire after 2 s, and a
+    // renew interval may pass before the takeover).
     Setting {
         key: "takeover_ack_wait",
         env: "CHIME_TAKEOVER_ACK_WAIT",

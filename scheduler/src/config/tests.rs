@@ -41,7 +41,7 @@ fn takeover_ack_wait_is_off_or_at_most_two_seconds() {
     };
     assert_eq!(
         Layers::new().build().unwrap().takeover_ack_wait,
-        crate::reconcile::TAKEOVER_ACK_WAIT
+        Duration::from_millis(500)
     );
     assert_eq!(with("0s").unwrap().takeover_ack_wait, Duration::ZERO);
     assert_eq!(

@@ -1,8 +1,16 @@
 //! One pipelined batch: withdraw tasks that went stale while waiting, declare new groups,
 //! publish every task, and hand back the future of its confirms ([`InFlight`]); once
-//! they arrive, [`Dispatcher::settle`] records the outcome of each.
+//! they arrive, [`Publishing::settle`] records the outcome of each. [`Publishing`] is the
+//! state this needs (what is queued or in flight, the destinations declared or refused,
+//! the marker); the dispatcher owns it and hands it each batch.
 
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    time::Duration,
+};
 
 use chrono::{DateTime, Utc};
 use futures_util::future::{join, join_all};
@@ -15,11 +23,13 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::{TaskMessage, topology};
 
-use super::{Dispatcher, marker::Unpublishable, outgoing::Outgoing};
-use crate::{broker, telemetry};
+use super::{
+    marker::{Marker, Unpublishable},
+    observed::ObservedTopics,
+    outgoing::Outgoing,
+};
+use crate::{broker, cluster::Ownership, store::Store, telemetry};
 
-/// Most tasks published in one batch.
-const MAX_BATCH: usize = 1000;
 /// How long a batch's confirms may take before the channel is considered broken.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -54,18 +64,53 @@ pub(super) struct Confirmed {
     outcomes: Result<(Confirms, Confirms), tokio::time::error::Elapsed>,
 }
 
-impl Dispatcher {
-    /// Publishes up to [`MAX_BATCH`] pending tasks without waiting for their confirms.
+/// What publishing batches needs of the dispatcher's state.
+pub(super) struct Publishing {
+    pub(super) store: Arc<dyn Store>,
+    ownership: Ownership,
+    /// Ids pending, held or in flight, so a re-submission is not published twice.
+    pub(super) queued: HashSet<Uuid>,
+    /// Tasks published and awaiting their confirms.
+    pub(super) in_flight: usize,
+    /// Groups declared on the current connection.
+    pub(super) declared: HashSet<String>,
+    /// Destinations the broker refused to declare, when, and why (see
+    /// [`REFUSAL_MEMORY`]).
+    refused: HashMap<String, (std::time::Instant, String)>,
+    /// Writes publish outcomes to the store (set while running).
+    pub(super) marker: Option<Marker>,
+    /// Which tasks get an observer copy.
+    observed: ObservedTopics,
+}
+
+impl Publishing {
+    /// Nothing queued, in flight or declared yet.
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        ownership: Ownership,
+        observed: ObservedTopics,
+    ) -> Self {
+        Self {
+            store,
+            ownership,
+            queued: HashSet::new(),
+            in_flight: 0,
+            declared: HashSet::new(),
+            refused: HashMap::new(),
+            marker: None,
+            observed,
+        }
+    }
+
+    /// Publishes `batch` (due tasks free to go out) without waiting for their confirms.
     /// None if every task was withdrawn; Err means the channel is unusable (the batch's
     /// tasks are in the error, to go back to the queue).
-    pub(super) async fn publish_next_batch(
+    pub(super) async fn publish_batch(
         &mut self,
         connection: &Connection,
         channel: &Channel,
+        batch: Vec<Outgoing>,
     ) -> Result<Option<InFlight>, Broken> {
-        let take = self.pending.len().min(MAX_BATCH);
-        let batch: Vec<Outgoing> = self.pending.drain(..take).collect();
-        let batch = self.park_changing(batch);
         let batch = self.drop_unowned(batch);
         let batch = self.withdraw_stale(batch).await;
         let batch = self.refuse_unpublishable(batch);
@@ -322,8 +367,13 @@ impl Dispatcher {
             self.queued.remove(&id);
         }
         self.marker().dispatched(confirmed, Utc::now());
-        self.report_sizes();
         broken.map_or(Ok(()), Err)
+    }
+
+    fn marker(&self) -> &Marker {
+        self.marker
+            .as_ref()
+            .expect("the marker runs while the dispatcher runs")
     }
 
     /// Declares the destinations (work queues, see [`topology::declare_task_destination`])

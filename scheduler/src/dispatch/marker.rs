@@ -38,7 +38,7 @@ use crate::{
 };
 
 /// The smallest `republish_after` accepted. A confirmed run waits a moment before it
-/// is marked `dispatched` (see [`MARK_DELAY`]), and must not look unconfirmed meanwhile.
+/// is marked `dispatched` (`MARK_DELAY`), and must not look unconfirmed meanwhile.
 pub const MIN_REPUBLISH_AFTER: Duration = Duration::from_secs(1);
 
 /// How long a confirm waits before its run is marked `dispatched`: long enough for a

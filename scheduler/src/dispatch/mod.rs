@@ -1,19 +1,19 @@
 //! Publishing recorded runs as task messages: persistent, mandatory, with publisher
 //! confirms. Publishing is pipelined: batches go out while earlier batches' confirms are
-//! still on their way (up to [`MAX_IN_FLIGHT`] tasks), and their outcomes are written by
-//! a separate task ([`marker`]), so neither the broker's confirm latency nor a database
+//! still on their way (up to `MAX_IN_FLIGHT` tasks), and their outcomes are written by
+//! a separate task (`marker`), so neither the broker's confirm latency nor a database
 //! commit delays the next fire. A run becomes `dispatched` only on a clean confirm (an
 //! ack with no returned message); an unroutable or nacked task is noted on the run and
 //! left `scheduled`, so the reconciler publishes it again. The dispatcher survives broker
 //! outages: it reconnects with backoff and keeps every task it was given.
 //!
 //! Each task also goes to `chime.topics` as an observer copy, but only when a registered
-//! observer pattern matches it ([`observed`]).
+//! observer pattern matches it (`observed`).
 //!
 //! No task is published before its fire time: fires armed ahead of time are held
-//! ([`held`]) until then. When a job changes, its held tasks are checked against the
+//! (`held`) until then. When a job changes, its held tasks are checked against the
 //! store before they go out (the change may have withdrawn them), and while a change made
-//! on this node is in progress its job's due tasks wait for it ([`changes`]).
+//! on this node is in progress its job's due tasks wait for it (`changes`).
 //!
 //! Scheduled fires and re-publishes are *fenced*: they are published only while this node
 //! still trusts the lease of the job's shard, checked just before each task goes out. A
@@ -34,7 +34,7 @@ pub use observed::ObserverCopies;
 pub use outgoing::Outgoing;
 
 use std::{
-    collections::{HashSet, VecDeque},
+    collections::VecDeque,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -55,12 +55,14 @@ use chime_consumer::backoff::Backoff;
 use chime_consumer::protocol::TaskMessage;
 
 use crate::{broker, cluster::Ownership, store::Store, telemetry};
-use batch::{Broken, InFlight};
+use batch::{Broken, Confirmed, InFlight, Publishing};
 use changes::{Changes, Command};
 use held::Held;
 use marker::{Marker, Unmarked};
 use observed::ObservedTopics;
 
+/// Most tasks published in one batch.
+const MAX_BATCH: usize = 1000;
 /// Most tasks published and not yet confirmed.
 const MAX_IN_FLIGHT: usize = 2000;
 /// Most tasks held in memory (waiting, armed, or in flight). Past this (a long broker
@@ -149,8 +151,6 @@ impl DispatchHandle {
 
 /// The publishing service. Create with [`Dispatcher::new`], run with [`Dispatcher::run`].
 pub struct Dispatcher {
-    store: Arc<dyn Store>,
-    ownership: Ownership,
     amqp_url: String,
     rx: mpsc::UnboundedReceiver<Command>,
     connected: Arc<AtomicBool>,
@@ -162,21 +162,10 @@ pub struct Dispatcher {
     parked: Vec<Outgoing>,
     /// Changes in progress on this node, shared with the handles.
     changes: Arc<Changes>,
-    /// Ids pending, held or in flight, so a re-submission is not published twice.
-    queued: HashSet<Uuid>,
-    /// Tasks published and awaiting their confirms.
-    in_flight: usize,
-    /// Groups declared on the current connection.
-    declared: HashSet<String>,
-    /// Destinations the broker refused to declare, when, and why (see
-    /// `batch::REFUSAL_MEMORY`).
-    refused: std::collections::HashMap<String, (std::time::Instant, String)>,
-    /// Writes publish outcomes to the store (set while running).
-    marker: Option<Marker>,
     /// Runs confirmed and not yet marked, shared with the handles.
     unmarked: Arc<Unmarked>,
-    /// Which tasks get an observer copy.
-    observed: ObservedTopics,
+    /// What is queued and in flight, and the state batches are published with.
+    publishing: Publishing,
 }
 
 impl Dispatcher {
@@ -199,10 +188,9 @@ impl Dispatcher {
             unmarked: unmarked.clone(),
             changes: changes.clone(),
         };
+        let observed = ObservedTopics::start(store.clone(), observer_copies);
         let dispatcher = Self {
-            observed: ObservedTopics::start(store.clone(), observer_copies),
-            store,
-            ownership,
+            publishing: Publishing::new(store, ownership, observed),
             amqp_url: amqp_url.into(),
             rx,
             connected,
@@ -210,11 +198,6 @@ impl Dispatcher {
             held: Held::default(),
             parked: Vec::new(),
             changes,
-            queued: HashSet::new(),
-            in_flight: 0,
-            declared: HashSet::new(),
-            refused: Default::default(),
-            marker: None,
             unmarked,
         };
         (handle, dispatcher)
@@ -225,13 +208,13 @@ impl Dispatcher {
     /// due, stay `scheduled` in the store and are published after the next start (or by
     /// the shards' next owner).
     pub async fn run(mut self, drain: CancellationToken, drain_timeout: Duration) {
-        let (marker, writer) = Marker::start(self.store.clone(), self.unmarked.clone());
-        self.marker = Some(marker);
+        let (marker, writer) = Marker::start(self.publishing.store.clone(), self.unmarked.clone());
+        self.publishing.marker = Some(marker);
         self.publish_until_drained(&drain, drain_timeout).await;
         // Let the writer finish what it was sent, within the same bound: behind an
         // overloaded database its backlog could hold shutdown for minutes. Runs it does
         // not mark stay `scheduled` and are published again (at least once).
-        self.marker = None;
+        self.publishing.marker = None;
         let mut writer = writer;
         if tokio::time::timeout(drain_timeout, &mut writer)
             .await
@@ -296,7 +279,7 @@ impl Dispatcher {
             Ok(channel) => channel,
             Err(error) => return SessionEnd::Broken(error.to_string()),
         };
-        self.declared.clear();
+        self.publishing.declared.clear();
         self.connected.store(true, Ordering::Relaxed);
         info!(
             pending = self.pending.len(),
@@ -313,7 +296,8 @@ impl Dispatcher {
                 .await;
                 if !matches!(drained, Ok(Ok(()))) {
                     warn!(
-                        unconfirmed = self.pending.len() + self.parked.len() + self.in_flight,
+                        unconfirmed =
+                            self.pending.len() + self.parked.len() + self.publishing.in_flight,
                         "shutdown before every task was confirmed; they stay scheduled"
                     );
                 }
@@ -378,12 +362,34 @@ impl Dispatcher {
         channel: &Channel,
         in_flight: &mut FuturesUnordered<InFlight>,
     ) -> Result<(), Broken> {
-        while !self.pending.is_empty() && self.in_flight < MAX_IN_FLIGHT {
+        while !self.pending.is_empty() && self.publishing.in_flight < MAX_IN_FLIGHT {
             if let Some(batch) = self.publish_next_batch(connection, channel).await? {
                 in_flight.push(batch);
             }
         }
         Ok(())
+    }
+
+    /// Publishes up to [`MAX_BATCH`] pending tasks, less those whose job is being changed,
+    /// without waiting for their confirms (see [`Publishing::publish_batch`]).
+    async fn publish_next_batch(
+        &mut self,
+        connection: &Connection,
+        channel: &Channel,
+    ) -> Result<Option<InFlight>, Broken> {
+        let take = self.pending.len().min(MAX_BATCH);
+        let batch: Vec<Outgoing> = self.pending.drain(..take).collect();
+        let batch = self.park_changing(batch);
+        self.publishing
+            .publish_batch(connection, channel, batch)
+            .await
+    }
+
+    /// Records a batch's confirms (see [`Publishing::settle`]).
+    fn settle(&mut self, confirmed: Confirmed) -> Result<(), Broken> {
+        let settled = self.publishing.settle(confirmed);
+        self.report_sizes();
+        settled
     }
 
     /// The channel broke: waits for the confirms still on their way (they fail fast
@@ -464,14 +470,15 @@ impl Dispatcher {
             self.held.hold(outgoing);
             return;
         }
-        if self.queued.contains(&id) {
+        let queued = &mut self.publishing.queued;
+        if queued.contains(&id) {
             return;
         }
-        if self.queued.len() >= MAX_PENDING {
+        if queued.len() >= MAX_PENDING {
             metrics::counter!(telemetry::DISPATCH_DEFERRED).increment(1);
             return;
         }
-        self.queued.insert(id);
+        queued.insert(id);
         if armed {
             self.held.hold(outgoing);
         } else {
@@ -530,14 +537,8 @@ impl Dispatcher {
 
     fn report_sizes(&self) {
         metrics::gauge!(telemetry::DISPATCH_PENDING)
-            .set((self.pending.len() + self.parked.len() + self.in_flight) as f64);
+            .set((self.pending.len() + self.parked.len() + self.publishing.in_flight) as f64);
         metrics::gauge!(telemetry::DISPATCH_ARMED).set(self.held.len() as f64);
-    }
-
-    fn marker(&self) -> &Marker {
-        self.marker
-            .as_ref()
-            .expect("the marker runs while the dispatcher runs")
     }
 }
 

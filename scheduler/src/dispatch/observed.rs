@@ -33,6 +33,17 @@ pub enum ObserverCopies {
     All,
 }
 
+impl ObserverCopies {
+    /// The choice named `name` in the configuration: `registered` or `all`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "registered" => Some(ObserverCopies::Registered),
+            "all" => Some(ObserverCopies::All),
+            _ => None,
+        }
+    }
+}
+
 /// The patterns copies are published for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Patterns {

@@ -23,11 +23,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use chime_consumer::protocol::topology;
 use lapin::{Channel, Connection, options::QueueDeclareOptions, types::FieldTable};
 use tokio::sync::Mutex as AsyncMutex;
 use tracing::{info, warn};
 
-use crate::telemetry;
+use crate::{domain::DeliveryMode, store::OverdueRun, telemetry};
 
 /// How long a queue's consumer count is taken as current.
 pub const PROBE_TTL: Duration = Duration::from_secs(3);
@@ -73,6 +74,15 @@ impl ConsumerWatch {
     /// is missing, or the broker cannot say).
     pub async fn has_none(&self, queue: &str) -> bool {
         self.consumers(queue).await == Some(0)
+    }
+
+    /// Whether `item`'s work queue is known to have no consumer (a broadcast run has no
+    /// work queue: see the module comment).
+    pub(super) async fn nobody_consumes(&self, item: &OverdueRun) -> bool {
+        match run_queue(item) {
+            Some(queue) => self.has_none(&queue).await,
+            None => false,
+        }
     }
 
     /// `queue`'s consumer count, at most [`PROBE_TTL`] old; None when unknown (the
@@ -138,7 +148,7 @@ impl ConsumerWatch {
         match answer {
             Ok(declared) => Ok(Some(declared.consumer_count())),
             // The broker closed the channel; the next probe opens another.
-            Err(error) if chime_consumer::protocol::topology::is_not_found(&error) => Ok(None),
+            Err(error) if topology::is_not_found(&error) => Ok(None),
             Err(error) => Err(error),
         }
     }
@@ -197,6 +207,16 @@ impl ConsumerWatch {
         if let Some((connection, _)) = self.open.lock().await.take() {
             let _ = connection.close(200, "chimed stopping".into()).await;
         }
+    }
+}
+
+/// The work queue that holds `item`'s task (None for a broadcast run).
+pub(super) fn run_queue(item: &OverdueRun) -> Option<String> {
+    let group = &item.job.spec.settings.target.group;
+    match (item.run.mode, item.run.zone.as_deref()) {
+        (DeliveryMode::Broadcast, _) => None,
+        (DeliveryMode::Zone, Some(zone)) => Some(topology::zone_queue(group, zone)),
+        _ => Some(topology::group_queue(group)),
     }
 }
 

@@ -117,7 +117,7 @@ const MAX_ARMING_LEAD: Duration = Duration::from_secs(10);
 
 impl TimerSettings {
     /// The furthest ahead of its time a fire may be armed: `fire_ahead`, or for a herd
-    /// up to [`MAX_ARMING_LEAD`] (within half the look-ahead window); zero when arming
+    /// up to `MAX_ARMING_LEAD` (within half the look-ahead window); zero when arming
     /// is off.
     pub fn arming_lead(&self) -> Duration {
         if self.fire_ahead.is_zero() {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::api::error::{ApiError, ErrorCode};
+use super::RequestError;
 use crate::domain::{
     Backoff, DeliveryMode, Job, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy, Schedule,
     Target,
@@ -119,14 +119,14 @@ impl JobRequest {
     }
 
     /// Validates the request into a job definition.
-    pub fn into_spec(self, payload_limit: usize) -> Result<JobSpec, ApiError> {
+    pub fn into_spec(self, payload_limit: usize) -> Result<JobSpec, RequestError> {
         let app = self.app.unwrap_or_else(|| limits::DEFAULT_APP.to_string());
         validate_name("app", &app)?;
         validate_name("name", &self.name)?;
         let schedule = Schedule::from_spec(&self.schedule)?;
         validate_payload_text(&self.payload)?;
         validate_payload_size(&self.payload, payload_limit)
-            .map_err(|e| ApiError::field(ErrorCode::PayloadTooLarge, e.field, e.message))?;
+            .map_err(RequestError::PayloadTooLarge)?;
         let ack_timeout =
             duration_field("ack_timeout", self.ack_timeout, limits::DEFAULT_ACK_TIMEOUT)?;
         let run_timeout =
@@ -175,15 +175,14 @@ fn duration_field(
     field: &'static str,
     text: Option<String>,
     default: std::time::Duration,
-) -> Result<HumanDuration, ApiError> {
+) -> Result<HumanDuration, RequestError> {
     match text {
-        Some(text) => HumanDuration::parse(&text)
-            .map_err(|m| ApiError::field(ErrorCode::InvalidField, field, m)),
+        Some(text) => HumanDuration::parse(&text).map_err(|m| RequestError::invalid(field, m)),
         None => Ok(HumanDuration(default)),
     }
 }
 
-fn parse_mode(mode: Option<&str>) -> Result<DeliveryMode, ApiError> {
+fn parse_mode(mode: Option<&str>) -> Result<DeliveryMode, RequestError> {
     const MODES: [DeliveryMode; 4] = [
         DeliveryMode::Group,
         DeliveryMode::Broadcast,
@@ -199,7 +198,7 @@ fn parse_mode(mode: Option<&str>) -> Result<DeliveryMode, ApiError> {
     )
 }
 
-fn parse_misfire(policy: Option<&str>) -> Result<MisfirePolicy, ApiError> {
+fn parse_misfire(policy: Option<&str>) -> Result<MisfirePolicy, RequestError> {
     parse_name(
         policy,
         "misfire",
@@ -209,7 +208,7 @@ fn parse_misfire(policy: Option<&str>) -> Result<MisfirePolicy, ApiError> {
     )
 }
 
-fn parse_overlap(policy: Option<&str>) -> Result<OverlapPolicy, ApiError> {
+fn parse_overlap(policy: Option<&str>) -> Result<OverlapPolicy, RequestError> {
     parse_name(
         policy,
         "overlap",
@@ -227,12 +226,11 @@ fn parse_name<T: Default, const N: usize>(
     what: &str,
     parse: impl Fn(&str) -> Option<T>,
     names: impl Fn() -> [&'static str; N],
-) -> Result<T, ApiError> {
+) -> Result<T, RequestError> {
     match name {
         None => Ok(T::default()),
         Some(name) => parse(name).ok_or_else(|| {
-            ApiError::field(
-                ErrorCode::InvalidField,
+            RequestError::invalid(
                 field,
                 format!("unknown {what} {name:?}: use {}", one_of(&names())),
             )
@@ -320,6 +318,7 @@ impl From<&Job> for JobResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::error::{ApiError, ErrorCode};
     use serde_json::json;
 
     #[test]
@@ -335,9 +334,10 @@ mod tests {
     }
 
     fn request(json: Value) -> Result<JobSpec, ApiError> {
-        serde_json::from_value::<JobRequest>(json)
+        // Through the API's mapping, so the codes asserted are the ones clients see.
+        Ok(serde_json::from_value::<JobRequest>(json)
             .unwrap()
-            .into_spec(1024)
+            .into_spec(1024)?)
     }
 
     #[test]
@@ -398,7 +398,7 @@ mod tests {
     fn with_target(target: Value) -> Result<JobSpec, ApiError> {
         let body = json!({"name": "n", "schedule": {"every": "1m"}, "target": target});
         let request: JobRequest = crate::api::body::parse_json(body.to_string().as_bytes())?;
-        request.into_spec(1024)
+        Ok(request.into_spec(1024)?)
     }
 
     #[test]

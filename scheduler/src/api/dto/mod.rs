@@ -1,16 +1,22 @@
 //! The HTTP API's wire types: what clients send and what `chimed` answers, by resource
-//! ([`job`], [`run`], [`page`], [`cluster`], [`dlq`]). They name only [`crate::domain`]
-//! and the protocol crate, so `chimectl` reads the API through them alone, without the
-//! server's modules.
+//! ([`job`], [`run`], [`page`], [`cluster`], [`dlq`]), and [`RequestError`], what parsing
+//! them refuses.
+//!
+//! dto imports nothing from this crate but [`crate::domain`] (besides the protocol crate):
+//! `chimectl` compiles against it and reaches the server's modules, with their broker and
+//! database I/O, through nothing here. The API maps [`RequestError`] to its JSON error in
+//! `api/error.rs`; keep server types (`ApiError`, the store, the services) out of dto.
 
 pub mod cluster;
 pub mod dlq;
+mod error;
 pub mod job;
 pub mod page;
 pub mod run;
 
 pub use cluster::{ClusterResponse, NodeResponse};
 pub use dlq::{DlqItems, DlqMessage, DlqSummary, PurgeResponse, ReplayReport, ReplayRequest};
+pub use error::RequestError;
 pub use job::{BackoffRequest, JobRequest, JobResponse, JobResponseSpec, TargetRequest};
 pub use page::{ListQuery, ListResponse, parse_run_cursor, run_cursor};
 pub use run::{InstanceResponse, ItemResponse, RunResponse};

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::api::error::{ApiError, ErrorCode};
+use super::RequestError;
 use crate::domain::Run;
 
 /// A page of a list.
@@ -30,12 +30,11 @@ pub struct ListQuery {
 
 impl ListQuery {
     /// The page size: default 100, at most 1000.
-    pub fn limit(&self) -> Result<u32, ApiError> {
+    pub fn limit(&self) -> Result<u32, RequestError> {
         match self.limit {
             None => Ok(100),
             Some(n @ 1..=1000) => Ok(n),
-            Some(n) => Err(ApiError::field(
-                ErrorCode::InvalidField,
+            Some(n) => Err(RequestError::invalid(
                 "limit",
                 format!("limit {n} is out of range: use 1 to 1000"),
             )),
@@ -49,14 +48,8 @@ pub fn run_cursor(run: &Run) -> String {
 }
 
 /// Parses a run cursor.
-pub fn parse_run_cursor(cursor: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
-    let bad = || {
-        ApiError::field(
-            ErrorCode::InvalidField,
-            "cursor",
-            format!("invalid cursor {cursor:?}"),
-        )
-    };
+pub fn parse_run_cursor(cursor: &str) -> Result<(DateTime<Utc>, Uuid), RequestError> {
+    let bad = || RequestError::invalid("cursor", format!("invalid cursor {cursor:?}"));
     let (ms, id) = cursor.split_once('_').ok_or_else(bad)?;
     let at = ms
         .parse()

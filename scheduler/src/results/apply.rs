@@ -1,0 +1,342 @@
+//! Applying a gathered batch of replies ([`Applier`]): in as few store transactions as
+//! [`Store::reply_rounds`] allows, each broadcast reply then on its own; holding the
+//! replies with backoff while the store is unavailable (up to [`MAX_STORE_WAIT`]) rather
+//! than requeueing them; dead-lettering what the store refuses as data; settling every
+//! delivery; telling the dispatcher which runs were answered; and noting the newest
+//! progress probe once everything before it is settled.
+
+use std::{sync::Arc, time::Duration};
+
+use lapin::{
+    message::Delivery,
+    options::{BasicAckOptions, BasicNackOptions},
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, warn};
+
+use chime_consumer::{
+    backoff::Backoff,
+    protocol::{Reply, ResultMessage, TaskOutcome},
+};
+
+use super::{
+    progress::ReplyProgress,
+    receive::Received,
+    reject::{RejectKind, Rejects},
+};
+use crate::{
+    dispatch::DispatchHandle,
+    domain::RunState,
+    store::{self, ReplyApplied, ReplyEffect, Store, StoreError},
+    telemetry,
+};
+
+/// Longest a reply is held while the store is unavailable, well below RabbitMQ's
+/// 30-minute consumer timeout.
+pub const MAX_STORE_WAIT: Duration = Duration::from_secs(20 * 60);
+
+/// Why replies were not applied.
+enum Unapplied {
+    /// The store refuses them as data.
+    Refused(StoreError),
+    /// The store stayed unavailable past [`MAX_STORE_WAIT`], or the collector stops.
+    GaveUp,
+}
+
+/// Applies batches of replies to the store.
+pub(super) struct Applier {
+    store: Arc<dyn Store>,
+    /// Told which runs got a reply, so their `dispatched` marks are not written.
+    dispatch: DispatchHandle,
+    /// Where the applied probes are noted.
+    progress: ReplyProgress,
+}
+
+impl Applier {
+    /// An applier writing to `store`, telling `dispatch` which runs were answered and
+    /// noting applied probes in `progress`.
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        dispatch: DispatchHandle,
+        progress: ReplyProgress,
+    ) -> Self {
+        Self {
+            store,
+            dispatch,
+            progress,
+        }
+    }
+
+    /// Applies the replies of `batch` (one transaction per [`Store::reply_rounds`] round)
+    /// and settles every message; if the store refuses them, applies the messages one by
+    /// one, dead-lettering through `rejects` those it refuses. Notes the newest probe in
+    /// it once every message before it is settled.
+    pub(super) async fn apply_batch(
+        &self,
+        batch: Vec<Received>,
+        rejects: &Rejects,
+        cancel: &CancellationToken,
+    ) {
+        let Some(last) = batch.last() else { return };
+        let newest_probe = batch.iter().filter_map(|r| r.probe).max();
+        let replies: Vec<&Reply> = batch.iter().flat_map(|r| &r.replies).collect();
+        let settled = match self.apply(&replies, cancel).await {
+            Ok(()) => {
+                // Every earlier delivery on this channel is settled already.
+                let _ = last
+                    .delivery
+                    .acker
+                    .ack(BasicAckOptions { multiple: true })
+                    .await;
+                true
+            }
+            Err(Unapplied::GaveUp) => {
+                for received in &batch {
+                    requeue(&received.delivery).await;
+                }
+                false
+            }
+            Err(Unapplied::Refused(error)) if batch.len() == 1 => {
+                error!(%error, replies = replies.len(), "the store refuses a reply; dead-lettering its message");
+                rejects
+                    .message(&last.delivery, RejectKind::StoreRefused, &error.to_string())
+                    .await;
+                true
+            }
+            Err(Unapplied::Refused(_)) => {
+                let mut settled = true;
+                for received in &batch {
+                    let replies: Vec<&Reply> = received.replies.iter().collect();
+                    match self.apply(&replies, cancel).await {
+                        Ok(()) => {
+                            let _ = received.delivery.ack(BasicAckOptions::default()).await;
+                        }
+                        Err(Unapplied::GaveUp) => {
+                            requeue(&received.delivery).await;
+                            settled = false;
+                        }
+                        Err(Unapplied::Refused(error)) => {
+                            error!(%error, replies = replies.len(), "the store refuses a reply; dead-lettering its message");
+                            rejects
+                                .message(
+                                    &received.delivery,
+                                    RejectKind::StoreRefused,
+                                    &error.to_string(),
+                                )
+                                .await;
+                        }
+                    }
+                }
+                settled
+            }
+        };
+        if let (true, Some(sent_at)) = (settled, newest_probe) {
+            self.progress.applied(sent_at);
+        }
+    }
+
+    /// Applies `replies` in as few transactions as [`Store::reply_rounds`] allows, holding them while
+    /// the store is unavailable.
+    async fn apply(&self, replies: &[&Reply], cancel: &CancellationToken) -> Result<(), Unapplied> {
+        // One transaction per round of the store's split (see `Store::reply_rounds` for
+        // why). Rounds are ordered by task, so every collector, and the dispatcher's
+        // marker, lock runs in the same order.
+        for round in self.store.reply_rounds(replies) {
+            let round: Vec<&Reply> = round.iter().map(|&i| replies[i]).collect();
+            self.apply_round(&round, cancel).await?;
+        }
+        Ok(())
+    }
+
+    /// Applies `replies` in one transaction, then each reply to a broadcast run on its
+    /// own.
+    async fn apply_round(
+        &self,
+        replies: &[&Reply],
+        cancel: &CancellationToken,
+    ) -> Result<(), Unapplied> {
+        let applied = self
+            .hold_through_outage(cancel, || {
+                self.store
+                    .record_replies(replies, chrono::Utc::now(), &rand::random)
+            })
+            .await?;
+        metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(1);
+        self.dispatch
+            .runs_answered(answered_runs(replies, &applied));
+        for (reply, applied) in replies.iter().copied().zip(applied) {
+            let applied = if applied.0 == ReplyEffect::Broadcast {
+                self.hold_through_outage(cancel, || {
+                    store::record_broadcast_reply(
+                        self.store.as_ref(),
+                        reply,
+                        chrono::Utc::now(),
+                        rand::random(),
+                    )
+                })
+                .await?
+            } else {
+                applied
+            };
+            count(reply, applied);
+        }
+        Ok(())
+    }
+
+    /// Runs `write` until it succeeds, retrying transient store errors with backoff for
+    /// up to [`MAX_STORE_WAIT`] (or until `cancel`).
+    async fn hold_through_outage<T, F: Future<Output = Result<T, StoreError>>>(
+        &self,
+        cancel: &CancellationToken,
+        write: impl Fn() -> F,
+    ) -> Result<T, Unapplied> {
+        let give_up_at = tokio::time::Instant::now() + MAX_STORE_WAIT;
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        loop {
+            let error = match write().await {
+                Ok(done) => return Ok(done),
+                Err(error) => error,
+            };
+            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "record_reply").increment(1);
+            if !error.is_transient() {
+                return Err(Unapplied::Refused(error));
+            }
+            if cancel.is_cancelled() || tokio::time::Instant::now() >= give_up_at {
+                warn!(%error, "cannot record replies; handing them back to the queue");
+                return Err(Unapplied::GaveUp);
+            }
+            let delay = backoff.next_delay();
+            warn!(%error, retry_in_ms = delay.as_millis() as u64,
+                "cannot record replies; holding them until the store answers");
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = cancel.cancelled() => {}
+            }
+        }
+    }
+}
+
+/// The runs a recorded round moved on from `scheduled` or `dispatched`: those of the
+/// replies about a task (an ack, a heartbeat or a result) that applied.
+fn answered_runs<'a>(
+    replies: &'a [&Reply],
+    applied: &'a [ReplyApplied],
+) -> impl Iterator<Item = uuid::Uuid> + 'a {
+    replies
+        .iter()
+        .zip(applied)
+        .filter(|(_, (effect, _))| *effect == ReplyEffect::Applied)
+        .filter_map(|(reply, _)| reply.task_id())
+}
+
+/// Counts what one reply did.
+fn count(reply: &Reply, (effect, state): ReplyApplied) {
+    let kind = match reply {
+        Reply::Ack(_) => "ack",
+        Reply::Heartbeat(_) => "heartbeat",
+        Reply::Result(_) => "result",
+        Reply::Presence(_) => "presence",
+        Reply::Observe(_) => "observe",
+    };
+    if let (Some(state), Reply::Result(result)) = (state, reply) {
+        count_outcome(state, result);
+    }
+    let effect_name = match effect {
+        ReplyEffect::Applied => "applied",
+        ReplyEffect::Stale => "stale",
+        ReplyEffect::UnknownRun | ReplyEffect::Broadcast => "unknown_run",
+    };
+    metrics::counter!(telemetry::REPLIES, "kind" => kind, "effect" => effect_name).increment(1);
+    debug!(kind, effect = effect_name, task_id = ?reply.task_id(), "reply");
+}
+
+/// Counts what a result did to its run.
+fn count_outcome(state: RunState, result: &ResultMessage) {
+    metrics::counter!(telemetry::RESULTS, "state" => state.as_str()).increment(1);
+    match (state, &result.outcome) {
+        (RunState::Failed, _) => metrics::counter!(telemetry::RETRIES_SCHEDULED).increment(1),
+        (RunState::Dead, TaskOutcome::Failed { error }) => {
+            let reason = if error.retryable {
+                "failed"
+            } else {
+                "permanent"
+            };
+            warn!(task_id = %result.task_id, reason, error = %error.message, "run given up");
+            metrics::counter!(telemetry::DEAD_RUNS, "reason" => reason).increment(1);
+        }
+        _ => {}
+    }
+}
+
+async fn requeue(delivery: &Delivery) {
+    let _ = delivery
+        .nack(BasicNackOptions {
+            requeue: true,
+            ..BasicNackOptions::default()
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    #[test]
+    fn applied_acks_and_results_answer_their_runs() {
+        use chime_consumer::protocol::{AckMessage, PresenceMessage};
+        let ack = |n: u128| {
+            Reply::Ack(AckMessage {
+                v: 1,
+                task_id: uuid::Uuid::from_u128(n),
+                attempt: 1,
+                consumer: "c".into(),
+                acked_at: Utc::now(),
+            })
+        };
+        let result = Reply::Result(ResultMessage {
+            v: 1,
+            task_id: uuid::Uuid::from_u128(3),
+            attempt: 1,
+            consumer: "c".into(),
+            finished_at: Utc::now(),
+            replayed: false,
+            outcome: TaskOutcome::Succeeded { output: None },
+        });
+        let presence = Reply::Presence(PresenceMessage {
+            v: 1,
+            instance: "i".into(),
+            group: "g".into(),
+            zone: None,
+            broadcast: false,
+            at: Utc::now(),
+        });
+        let (one, two, four) = (ack(1), ack(2), ack(4));
+        let replies = [&one, &two, &result, &presence, &four];
+        let applied = [
+            (ReplyEffect::Applied, None),
+            (ReplyEffect::Stale, None),
+            (ReplyEffect::Applied, Some(RunState::Succeeded)),
+            (ReplyEffect::Applied, None),
+            (ReplyEffect::Broadcast, None),
+        ];
+        let answered: Vec<uuid::Uuid> = answered_runs(&replies, &applied).collect();
+        assert_eq!(
+            answered,
+            [uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(3)],
+            "a stale ack, a presence and a broadcast reply answer nothing"
+        );
+    }
+
+    #[test]
+    fn outages_are_transient_and_bad_data_is_not() {
+        assert!(StoreError::Database(sqlx::Error::PoolTimedOut).is_transient());
+        assert!(
+            !StoreError::Corrupt {
+                what: "x".into(),
+                reason: "y".into()
+            }
+            .is_transient()
+        );
+    }
+}
