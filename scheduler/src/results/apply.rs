@@ -1,11 +1,11 @@
-//! Applying a gathered batch of replies ([`Applier`]): in as few store transactions as
-//! [`Store::reply_rounds`] allows, each broadcast reply then on its own; holding the
+//! Applying a gathered batch of replies ([`Applier`]) through
+//! [`Store::record_replies`], which splits it into its transactions; holding the
 //! replies with backoff while the store is unavailable (up to [`MAX_STORE_WAIT`]) rather
-//! than requeueing them; dead-lettering what the store refuses as data; settling every
+//! than requeueing them, retrying only those not yet applied; dead-lettering what the store refuses as data; settling every
 //! delivery; telling the dispatcher which runs were answered; and noting the newest
 //! progress probe once everything before it is settled.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use lapin::{
     message::Delivery,
@@ -27,7 +27,7 @@ use super::{
 use crate::{
     dispatch::DispatchHandle,
     domain::RunState,
-    store::{self, ReplyApplied, ReplyEffect, Store, StoreError},
+    store::{ReplyApplied, ReplyEffect, Store, StoreError},
     telemetry,
 };
 
@@ -67,8 +67,7 @@ impl Applier {
         }
     }
 
-    /// Applies the replies of `batch` (one transaction per [`Store::reply_rounds`] round)
-    /// and settles every message; if the store refuses them, applies the messages one by
+    /// Applies the replies of `batch` and settles every message; if the store refuses them, applies the messages one by
     /// one, dead-lettering through `rejects` those it refuses. Notes the newest probe in
     /// it once every message before it is settled.
     pub(super) async fn apply_batch(
@@ -135,89 +134,107 @@ impl Applier {
         }
     }
 
-    /// Applies `replies` in as few transactions as [`Store::reply_rounds`] allows, holding them while
-    /// the store is unavailable.
+    /// Applies `replies`, holding them while the store is unavailable. The store applies
+    /// them in a few transactions (see [`Store::record_replies`]); when one fails, those
+    /// before it are committed, so only the replies not yet applied are tried again and
+    /// each reply is counted once.
     async fn apply(&self, replies: &[&Reply], cancel: &CancellationToken) -> Result<(), Unapplied> {
-        // One transaction per round of the store's split (see `Store::reply_rounds` for
-        // why). Rounds are ordered by task, so every collector, and the dispatcher's
-        // marker, lock runs in the same order.
-        for round in self.store.reply_rounds(replies) {
-            let round: Vec<&Reply> = round.iter().map(|&i| replies[i]).collect();
-            self.apply_round(&round, cancel).await?;
+        let mut pending: Vec<&Reply> = replies.to_vec();
+        let mut outage = Outage::new();
+        loop {
+            let failed = match self
+                .store
+                .record_replies(&pending, chrono::Utc::now(), &rand::random)
+                .await
+            {
+                Ok(recorded) => {
+                    let applied = recorded.effects.into_iter().enumerate().collect();
+                    self.note_applied(&pending, applied, recorded.transactions);
+                    return Ok(());
+                }
+                Err(failed) => failed,
+            };
+            if failed.transactions > 0 {
+                // Progress: the rest gets a wait of its own, as each transaction had.
+                outage = Outage::new();
+            }
+            let done: HashSet<usize> = failed.applied.iter().map(|&(index, _)| index).collect();
+            self.note_applied(&pending, failed.applied, failed.transactions);
+            pending = pending
+                .into_iter()
+                .enumerate()
+                .filter(|(index, _)| !done.contains(index))
+                .map(|(_, reply)| reply)
+                .collect();
+            outage.wait(failed.error, cancel).await?;
         }
-        Ok(())
     }
 
-    /// Applies `replies` in one transaction, then each reply to a broadcast run on its
-    /// own.
-    async fn apply_round(
+    /// Counts the store transactions committed and what each applied reply of
+    /// `replies` (by index) did, and tells the dispatcher which runs were answered.
+    fn note_applied(
         &self,
         replies: &[&Reply],
-        cancel: &CancellationToken,
-    ) -> Result<(), Unapplied> {
-        let applied = self
-            .hold_through_outage(cancel, || {
-                self.store
-                    .record_replies(replies, chrono::Utc::now(), &rand::random)
-            })
-            .await?;
-        metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(1);
+        applied: Vec<(usize, ReplyApplied)>,
+        transactions: u32,
+    ) {
+        metrics::counter!(telemetry::REPLY_TRANSACTIONS).increment(u64::from(transactions));
+        let (replies, applied): (Vec<&Reply>, Vec<ReplyApplied>) = applied
+            .into_iter()
+            .map(|(index, applied)| (replies[index], applied))
+            .unzip();
         self.dispatch
-            .runs_answered(answered_runs(replies, &applied));
-        for (reply, applied) in replies.iter().copied().zip(applied) {
-            let applied = if applied.0 == ReplyEffect::Broadcast {
-                self.hold_through_outage(cancel, || {
-                    store::record_broadcast_reply(
-                        self.store.as_ref(),
-                        reply,
-                        chrono::Utc::now(),
-                        rand::random(),
-                    )
-                })
-                .await?
-            } else {
-                applied
-            };
+            .runs_answered(answered_runs(&replies, &applied));
+        for (reply, applied) in replies.into_iter().zip(applied) {
             count(reply, applied);
-        }
-        Ok(())
-    }
-
-    /// Runs `write` until it succeeds, retrying transient store errors with backoff for
-    /// up to [`MAX_STORE_WAIT`] (or until `cancel`).
-    async fn hold_through_outage<T, F: Future<Output = Result<T, StoreError>>>(
-        &self,
-        cancel: &CancellationToken,
-        write: impl Fn() -> F,
-    ) -> Result<T, Unapplied> {
-        let give_up_at = tokio::time::Instant::now() + MAX_STORE_WAIT;
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
-        loop {
-            let error = match write().await {
-                Ok(done) => return Ok(done),
-                Err(error) => error,
-            };
-            metrics::counter!(telemetry::STORE_ERRORS, "operation" => "record_reply").increment(1);
-            if !error.is_transient() {
-                return Err(Unapplied::Refused(error));
-            }
-            if cancel.is_cancelled() || tokio::time::Instant::now() >= give_up_at {
-                warn!(%error, "cannot record replies; handing them back to the queue");
-                return Err(Unapplied::GaveUp);
-            }
-            let delay = backoff.next_delay();
-            warn!(%error, retry_in_ms = delay.as_millis() as u64,
-                "cannot record replies; holding them until the store answers");
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = cancel.cancelled() => {}
-            }
         }
     }
 }
 
-/// The runs a recorded round moved on from `scheduled` or `dispatched`: those of the
-/// replies about a task (an ack, a heartbeat or a result) that applied.
+/// Waiting out a store that is unavailable: transient errors are retried with backoff
+/// for up to [`MAX_STORE_WAIT`] (or until the collector stops).
+struct Outage {
+    give_up_at: tokio::time::Instant,
+    backoff: Backoff,
+}
+
+impl Outage {
+    fn new() -> Self {
+        Self {
+            give_up_at: tokio::time::Instant::now() + MAX_STORE_WAIT,
+            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(5)),
+        }
+    }
+
+    /// After the store failed with `error`: waits before the next try, or says why
+    /// there is none.
+    async fn wait(
+        &mut self,
+        error: StoreError,
+        cancel: &CancellationToken,
+    ) -> Result<(), Unapplied> {
+        metrics::counter!(telemetry::STORE_ERRORS, "operation" => "record_reply").increment(1);
+        if !error.is_transient() {
+            return Err(Unapplied::Refused(error));
+        }
+        if cancel.is_cancelled() || tokio::time::Instant::now() >= self.give_up_at {
+            warn!(%error, "cannot record replies; handing them back to the queue");
+            return Err(Unapplied::GaveUp);
+        }
+        let delay = self.backoff.next_delay();
+        warn!(%error, retry_in_ms = delay.as_millis() as u64,
+            "cannot record replies; holding them until the store answers");
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = cancel.cancelled() => {}
+        }
+        Ok(())
+    }
+}
+
+/// The runs that recorded replies moved on from `scheduled` or `dispatched`: those of the
+/// replies about a task (an ack, a heartbeat or a result, to a broadcast run too) that
+/// applied.
 fn answered_runs<'a>(
     replies: &'a [&Reply],
     applied: &'a [ReplyApplied],

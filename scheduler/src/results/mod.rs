@@ -3,8 +3,8 @@
 //!
 //! - Replies are applied in batches: everything the broker pushes within
 //!   `collector::GATHER_FOR` of a batch's first message (up to
-//!   [`MAX_BATCH_REPLIES`]) goes to the store in a few transactions (see
-//!   [`Store::reply_rounds`](crate::store::Store::reply_rounds)). A message may itself be
+//!   [`MAX_BATCH_REPLIES`]) goes to the store, which applies it in a few transactions (see
+//!   [`Store::record_replies`](crate::store::Store::record_replies)). A message may itself be
 //!   a batch (`"type": "batch"`); it is applied or dead-lettered item by item.
 //! - A reply that does not parse or is invalid is dead-lettered to `chime.replies.dlq`
 //!   with its reason in the `x-chime-reject-reason` header, and counted by reason

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::Reply;
 
-use super::{Store, StoreError, types::Jitter, types::ReplyApplied, types::ReplyEffect};
+use super::types::{Jitter, ReplyApplied, ReplyEffect};
 use crate::domain::{DeliveryMode, JobSettings, Run, RunState, broadcast};
 
 /// Takes out of a round's `effects` the replies the round left to broadcast runs
@@ -101,29 +101,6 @@ fn decided(run: &Run) -> Option<RunState> {
         RunState::Succeeded | RunState::Failed | RunState::Dead
     )
     .then_some(run.state)
-}
-
-/// Applies an ack, heartbeat or result to a broadcast run as the instance's receipt, at
-/// `now` (`unit`: the retry jitter's random draw in `[0, 1)`, used if a result decides a
-/// retry), in a transaction of its own. Also returns the run's new state when the reply
-/// decided the run.
-pub async fn record_broadcast_reply(
-    store: &dyn Store,
-    reply: &Reply,
-    now: DateTime<Utc>,
-    unit: f64,
-) -> Result<(ReplyEffect, Option<RunState>), StoreError> {
-    let Some(run_id) = reply.task_id() else {
-        return Ok((ReplyEffect::UnknownRun, None));
-    };
-    let jitter = move || unit;
-    let change =
-        |run: &mut Run, settings: &JobSettings| receipt(run, settings, reply, now, &jitter);
-    Ok(match store.update_run(run_id, &change).await? {
-        None => (ReplyEffect::UnknownRun, None),
-        Some((false, _)) => (ReplyEffect::Stale, None),
-        Some((true, run)) => (ReplyEffect::Applied, decided(&run)),
-    })
 }
 
 #[cfg(test)]

@@ -115,23 +115,13 @@ macro_rules! route_store {
                 runs::fire_items(&self.$reads, job_id, fire_time).await
             }
 
-            fn reply_rounds(
-                &self,
-                batch: &[&::chime_consumer::protocol::Reply],
-            ) -> Vec<Vec<usize>> {
-                $crate::store::reply_plan::rounds(batch)
-            }
-
             async fn record_replies(
                 &self,
                 batch: &[&::chime_consumer::protocol::Reply],
                 now: ::chrono::DateTime<::chrono::Utc>,
                 jitter: &$crate::store::Jitter<'_>,
-            ) -> Result<Vec<$crate::store::ReplyApplied>, $crate::store::StoreError> {
-                replies::record_replies(&self.$writes, batch, now, jitter)
-                    .await
-                    .map(|recorded| recorded.effects)
-                    .map_err(|failed| failed.error)
+            ) -> Result<$crate::store::RecordedReplies, $crate::store::RepliesFailed> {
+                replies::record_replies(&self.$writes, batch, now, jitter).await
             }
 
             async fn update_run(

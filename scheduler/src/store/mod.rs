@@ -42,7 +42,6 @@ use chime_consumer::protocol::{AttemptRecord, Reply};
 pub use crate::domain::shard::ShardToken;
 use crate::domain::{Job, LiveZones, Run};
 
-pub use broadcast_receipt::record_broadcast_reply;
 pub(crate) use decode::{corrupt, decode_jobs, decode_runs, job_write_error, with_jobs};
 pub(crate) use fire_plan::plan_batch;
 pub use fire_plan::{live_since, needs_live_zones};
@@ -219,30 +218,28 @@ pub trait Store: Send + Sync + 'static {
         fire_time: DateTime<Utc>,
     ) -> Result<Vec<Run>, StoreError>;
 
-    /// The rounds a batch of replies is applied in, as indices into `batch`: each round
-    /// goes to [`Store::record_replies`] as one transaction, and applying the rounds one
-    /// after the other is applying the batch in order (see `store/reply_plan.rs`). The split is
-    /// the store's to make: on PostgreSQL, a transaction that updates one run twice takes
-    /// a key-share lock on its job again, in task order, which would deadlock with a fire
-    /// locking the same jobs in job order; within a round each run is written once.
-    fn reply_rounds(&self, batch: &[&Reply]) -> Vec<Vec<usize>>;
-
-    /// Applies consumers' replies in order, in one transaction: acks, heartbeats and
-    /// results to their runs, presence messages and observer registrations. Returns what
-    /// each reply did; a failure applies none of them. Replies to broadcast runs come
-    /// back as [`ReplyEffect::Broadcast`], for [`record_broadcast_reply`]. `now` stamps
-    /// what the replies change (deadlines, retry times); `jitter` draws each retry's jitter.
+    /// Applies consumers' replies in order: acks, heartbeats and results to their runs
+    /// (to a broadcast run as its instance's receipt, decided by
+    /// [`crate::domain::broadcast`]), presence messages and observer registrations.
+    /// Returns what each reply did and how many transactions that took. The batch is
+    /// applied in rounds, one transaction each (see `store/reply_plan.rs`): on
+    /// PostgreSQL, a transaction that updates one run twice takes a key-share lock on its
+    /// job again, in task order, which would deadlock with a fire locking the same jobs
+    /// in job order; within a round each run is written once. A failing round stops the
+    /// batch: [`RepliesFailed`] says what the rounds before it applied (they stay
+    /// committed) and none of the rest is applied. `now` stamps what the replies change
+    /// (deadlines, retry times); `jitter` draws each retry's jitter.
     async fn record_replies(
         &self,
         batch: &[&Reply],
         now: DateTime<Utc>,
         jitter: &Jitter<'_>,
-    ) -> Result<Vec<ReplyApplied>, StoreError>;
+    ) -> Result<RecordedReplies, RepliesFailed>;
 
     /// Locks run `run_id`, applies `change` to it (with its job's settings) and writes it
     /// back if `change` returns true. Returns whether it changed and the run as it now
-    /// is; `None` if the run or its job does not exist. Used for broadcast runs, whose
-    /// transitions depend on every instance's receipt ([`crate::domain::broadcast`]).
+    /// is; `None` if the run or its job does not exist. Used to settle broadcast runs,
+    /// whose transitions depend on every instance's receipt ([`crate::domain::broadcast`]).
     async fn update_run(
         &self,
         run_id: Uuid,

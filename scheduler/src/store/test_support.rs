@@ -20,10 +20,11 @@ use super::{Store, StoreError};
 pub trait StoreTestSupport: Store {
     /// Applies one reply (see [`Store::record_replies`]).
     async fn record_reply(&self, reply: &Reply) -> Result<ReplyApplied, StoreError> {
-        let mut applied = self
+        let mut recorded = self
             .record_replies(&[reply], Utc::now(), &rand::random)
-            .await?;
-        Ok(applied.pop().expect("one outcome per reply"))
+            .await
+            .map_err(|failed| failed.error)?;
+        Ok(recorded.effects.pop().expect("one outcome per reply"))
     }
 
     /// Applies a consumer's ack of the run's current attempt; the result (or a heartbeat)

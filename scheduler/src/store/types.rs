@@ -122,8 +122,10 @@ pub enum ReplyEffect {
     Stale,
     /// No such run (its job was deleted, or the reply is bogus).
     UnknownRun,
-    /// Nothing was applied because the run is a broadcast run: its replies are per
-    /// instance, applied with [`record_broadcast_reply`](super::record_broadcast_reply).
+    /// Inside the store only: the reply is to a broadcast run, whose replies are per
+    /// instance, and is recorded as its instance's receipt in the same round (see
+    /// `store/broadcast_receipt.rs`). [`Store::record_replies`](super::Store::record_replies)
+    /// returns the receipt's effect instead.
     Broadcast,
 }
 

@@ -268,6 +268,30 @@ mod unreadable_rows {
     use chime_testkit::TestDatabase;
 
     #[tokio::test]
+    async fn a_failing_round_keeps_the_rounds_before_it_sqlite() {
+        let db = TestDatabase::sqlite();
+        let store = store::open(db.url()).await.unwrap();
+        super::replies::a_failing_round_keeps_the_rounds_before_it(
+            store.as_ref(),
+            "UPDATE jobs SET settings = '\"bogus\"' WHERE id = ?1",
+            db.url(),
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_failing_round_keeps_the_rounds_before_it_postgres() {
+        let db = TestDatabase::postgres().await;
+        let store = store::open(db.url()).await.unwrap();
+        super::replies::a_failing_round_keeps_the_rounds_before_it(
+            store.as_ref(),
+            "UPDATE jobs SET settings = '\"bogus\"' WHERE id = $1::uuid",
+            db.url(),
+        )
+        .await;
+    }
+
+    #[tokio::test]
     async fn sqlite() {
         let db = TestDatabase::sqlite();
         let store = store::open(db.url()).await.unwrap();

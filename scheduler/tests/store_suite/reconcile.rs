@@ -349,7 +349,8 @@ pub(super) async fn a_late_result_for_a_dead_run_is_noted_in_its_history(store: 
     let effects = store
         .record_replies(&batch, Utc::now(), &rand::random)
         .await
-        .unwrap();
+        .unwrap()
+        .effects;
     assert!(
         effects
             .iter()

@@ -129,6 +129,7 @@ pub(super) async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn 
         .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
         .unwrap()
+        .effects
         .into_iter()
         .map(|(effect, _)| effect)
         .collect();
@@ -157,7 +158,8 @@ pub(super) async fn a_batch_of_replies_applies_in_order_in_one_call(store: &dyn 
         store
             .record_replies(&[], Utc::now(), &rand::random)
             .await
-            .unwrap(),
+            .unwrap()
+            .effects,
         vec![]
     );
     assert_eq!(
@@ -212,7 +214,8 @@ pub(super) async fn a_round_of_many_replies_writes_every_run(store: &dyn Store) 
     let applied = store
         .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
-        .unwrap();
+        .unwrap()
+        .effects;
     let mut expected = vec![(ReplyEffect::Applied, None); 6];
     expected.extend([(ReplyEffect::Applied, Some(RunState::Succeeded)); 4]);
     expected.push((ReplyEffect::Applied, Some(RunState::Failed)));
@@ -294,7 +297,8 @@ pub(super) async fn an_ack_and_its_success_in_one_batch_write_the_run_once(store
     let applied = store
         .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
-        .unwrap();
+        .unwrap()
+        .effects;
     let expected: Vec<_> = runs
         .iter()
         .flat_map(|_| {
@@ -326,7 +330,8 @@ pub(super) async fn an_ack_and_its_success_in_one_batch_write_the_run_once(store
     let again = store
         .record_replies(&batch.iter().collect::<Vec<_>>(), Utc::now(), &rand::random)
         .await
-        .unwrap();
+        .unwrap()
+        .effects;
     assert!(
         again.iter().all(|a| *a == (ReplyEffect::Stale, None)),
         "{again:?}"
@@ -493,6 +498,7 @@ async fn record_at(store: &dyn Store, replies: &[Reply], at: DateTime<Utc>) -> V
         .record_replies(&batch, at, &rand::random)
         .await
         .unwrap()
+        .effects
 }
 
 pub(super) async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
@@ -588,4 +594,50 @@ pub(super) async fn broadcast_replies_are_kept_per_instance(store: &dyn Store) {
         record_at(store, &[Reply::Result(done("c"))], at).await[0].0 == ReplyEffect::Stale,
         "a finished run takes no more receipts"
     );
+}
+
+/// A round that fails stops the batch: the rounds before it stay applied, and the
+/// failure says which replies they applied. `corrupt` makes a job's settings
+/// unreadable (bound to the job id); only a failure's round reads them.
+pub(super) async fn a_failing_round_keeps_the_rounds_before_it(
+    store: &dyn Store,
+    corrupt: &str,
+    url: &str,
+) {
+    let now = t("2026-11-21T10:00:00Z");
+    let runs = dispatched_runs(store, &["kept"], now).await;
+    let job_id = store.get_run(runs[0]).await.unwrap().unwrap().job_id;
+    use sqlx::Connection as _;
+    if url.starts_with("sqlite") {
+        let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(corrupt))
+            .bind(job_id.to_string())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(corrupt))
+            .bind(job_id.to_string())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let ack = Reply::Ack(AckMessage {
+        v: PROTOCOL_VERSION,
+        task_id: runs[0],
+        attempt: 1,
+        consumer: "w1".into(),
+        acked_at: now + Duration::seconds(3),
+    });
+    let failed = Reply::Result(failure(runs[0], 1, true, now + Duration::seconds(4)));
+    let failed = store
+        .record_replies(&[&ack, &failed], now + Duration::seconds(5), &rand::random)
+        .await
+        .expect_err("the second round reads the job's settings");
+    assert_eq!(failed.applied, vec![(0, (ReplyEffect::Applied, None))]);
+    assert_eq!(failed.transactions, 1);
+    assert!(!failed.error.is_transient(), "{}", failed.error);
+    let run = store.get_run(runs[0]).await.unwrap().unwrap();
+    assert_eq!(run.state, RunState::Acked, "the first round is committed");
 }
