@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use chime_consumer::protocol::topology;
 
-use super::{process::MachineCpu, progress::Progress};
+use super::{cpu_cost, process::MachineCpu, progress::Progress};
 
 /// Prefetch of the ceiling's plain consumers (the method's "about 500"). They ack on
 /// receipt, so a deeper window does not speed them up (2 000 measured the same); the
@@ -77,6 +77,8 @@ pub struct Ceiling {
     /// Where the machine's CPU went meanwhile, percent of one core by program (the
     /// broker's share here is what it needs at full speed).
     pub cpu_pct_by_program: BTreeMap<&'static str, f64>,
+    /// The broker's CPU per message, µs (from its share above over `consume_s`).
+    pub broker_cpu_us_per_message: Option<f64>,
 }
 
 impl Ceiling {
@@ -146,6 +148,7 @@ pub async fn measure(
         acks,
         publish_s,
         consume_s,
+        broker_cpu_us_per_message: cpu_cost::broker_per_message(&cpu_pct_by_program, consume_s, n),
         cpu_pct_by_program,
     })
 }

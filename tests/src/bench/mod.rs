@@ -12,6 +12,7 @@
 
 pub mod ceiling;
 pub mod consumer_metrics;
+pub mod cpu_cost;
 pub mod db;
 pub mod disk;
 pub mod machine;

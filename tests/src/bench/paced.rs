@@ -5,7 +5,10 @@
 //! notes when each one arrives. Lateness is arrival − scheduled send time, the same
 //! reference W2 measures a fire against (its fire time), so the two compare directly.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use futures_util::{FutureExt, StreamExt, stream::FuturesUnordered};
 use lapin::options::BasicAckOptions;
@@ -13,13 +16,15 @@ use serde::Serialize;
 
 use super::{
     ceiling::{Lane, confirm},
+    cpu_cost,
     disk::{DiskStalls, DiskWatch},
+    process::MachineCpu,
     progress::Progress,
     stats::Summary,
 };
 
 /// What the broker alone achieved at a steady rate.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PacedCeiling {
     /// Messages per second sent.
     pub rate: usize,
@@ -33,6 +38,11 @@ pub struct PacedCeiling {
     pub consume_lateness_ms: Option<Summary>,
     /// The disk's stalls while it ran.
     pub disk_stalls: DiskStalls,
+    /// Where the machine's CPU went from the first send to the last delivery, percent of
+    /// one core by program.
+    pub cpu_pct_by_program: BTreeMap<&'static str, f64>,
+    /// The broker's CPU per message at this rate, µs.
+    pub broker_cpu_us_per_message: Option<f64>,
 }
 
 /// Sends `rate` messages per second of `body_bytes` (at least 8) for `secs` seconds
@@ -49,6 +59,7 @@ pub async fn measure(
     let mut deliveries = lane.deliveries();
     let start = Instant::now() + Duration::from_millis(100);
     let disk = DiskWatch::start();
+    let machine_before = (MachineCpu::read(), std::time::Instant::now());
     let scheduled = move |i: u64| start + Duration::from_secs_f64(i as f64 / rate as f64);
     let consuming = tokio::spawn(async move {
         let mut lateness = Vec::with_capacity(n);
@@ -94,8 +105,12 @@ pub async fn measure(
         .await
         .map_err(|_| anyhow::anyhow!("the paced consumer took over 2 minutes to drain"))???;
     let disk_stalls = disk.finish();
+    let elapsed_s = machine_before.1.elapsed().as_secs_f64();
+    let cpu_pct_by_program = MachineCpu::read().since(&machine_before.0, elapsed_s);
     lane.close().await?;
     let result = PacedCeiling {
+        broker_cpu_us_per_message: cpu_cost::broker_per_message(&cpu_pct_by_program, elapsed_s, n),
+        cpu_pct_by_program,
         rate,
         n,
         body_bytes: body.len(),

@@ -10,7 +10,7 @@ use chrono::Utc;
 use serde_json::json;
 
 use crate::bench::{
-    Backend, Ceilings, consumer_metrics,
+    Backend, Ceilings, consumer_metrics, cpu_cost,
     probe::{Probe, ms_between},
     process::{MachineCpu, ProcessSample},
     progress::Progress,
@@ -68,8 +68,8 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     let all = probe.wait_for(n, timeout, &progress).await;
     let receipts = probe.receipts();
     let cpu_after = ProcessSample::read(pid);
-    let machine_cpu =
-        MachineCpu::read().since(&machine_before.0, machine_before.1.elapsed().as_secs_f64());
+    let cpu_window_s = machine_before.1.elapsed().as_secs_f64();
+    let machine_cpu = MachineCpu::read().since(&machine_before.0, cpu_window_s);
     // Every run gets its `dispatched_at` within moments: from its ack, or from the
     // dispatcher's mark 400 ms after the confirm.
     let records = wait_dispatched(&stage, n, instant).await?;
@@ -102,7 +102,10 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     outcome.metric("last_task_consumed_s", consumed_s);
     outcome.metric("throughput_per_s", n as f64 / consumed_s);
     lateness(&mut outcome, &receipts);
-    outcome.metric("chimed_cpu_s", cpu_after.cpu_s - cpu_before.cpu_s);
+    let chimed_cpu_s = cpu_after.cpu_s - cpu_before.cpu_s;
+    let fire_cost = cpu_cost::per_fire(chimed_cpu_s, &machine_cpu, cpu_window_s, receipts.len());
+    outcome.metric("chimed_cpu_s", chimed_cpu_s);
+    outcome.metric("cpu_us_per_fire", fire_cost);
     outcome.metric("cpu_pct_by_program", &machine_cpu);
     outcome.metric("chimed_peak_rss_mib", cpu_after.peak_rss_mib);
     if let Some(frames) = ack_frames {
@@ -126,6 +129,10 @@ pub async fn run(backend: Backend, n: usize, ceilings: &mut Ceilings) -> anyhow:
     // of percent within minutes, and the ratio should compare like with like.
     let ceiling = ceilings.fresh(n, body_len).await?;
     let ratio = consumed_s / ceiling.consume_s;
+    outcome.metric(
+        "scheduler_cpu_vs_broker_per_message",
+        cpu_cost::scheduler_vs_broker(fire_cost, ceiling.broker_cpu_us_per_message),
+    );
     outcome.metric("ceiling", ceiling);
     outcome.metric("time_vs_ceiling", ratio);
     outcome.metric("throughput_vs_ceiling", 1.0 / ratio);

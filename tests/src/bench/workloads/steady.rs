@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::api::{metric, metric_total};
 use crate::bench::{
-    Backend, bounded,
+    Backend, bounded, cpu_cost,
     disk::DiskWatch,
     paced,
     probe::{self, Probe},
@@ -75,8 +75,8 @@ pub async fn run(
     let after = ProcessSample::read(pid);
     let disk_stalls = disk.finish();
     progress.say(&format!("window over; {disk_stalls}"));
-    let machine_cpu =
-        MachineCpu::read().since(&machine_before.0, machine_before.1.elapsed().as_secs_f64());
+    let cpu_window_s = machine_before.1.elapsed().as_secs_f64();
+    let machine_cpu = MachineCpu::read().since(&machine_before.0, cpu_window_s);
     let commits_after = stage.db.commits().await?;
     let expected = m * secs as usize;
     // Let the window's last fires drain through.
@@ -124,6 +124,10 @@ pub async fn run(
     outcome.metric("rate_vs_ceiling", m as f64 / broker_rate);
     outcome.metric("chimed_cpu_s", cpu_s);
     outcome.metric("chimed_cpu_pct", 100.0 * cpu_s / f64::from(secs));
+    // The fires due in the window: its CPU is what they cost (late ones from before it
+    // and the ones still draining after it roughly cancel at a steady rate).
+    let fire_cost = cpu_cost::per_fire(cpu_s, &machine_cpu, cpu_window_s, expected);
+    outcome.metric("cpu_us_per_fire", fire_cost);
     outcome.metric("cpu_pct_by_program", &machine_cpu);
     outcome.metric("disk_stalls", disk_stalls);
     outcome.metric("chimed_peak_rss_mib", after.peak_rss_mib);
@@ -137,7 +141,11 @@ pub async fn run(
     // machine could beat.
     // It runs as long as Chime's window did, so both are as exposed to the disk's stalls.
     let ceiling = paced::measure(&stage.vhost.amqp_url(), m, secs, body_len).await?;
-    outcome.metric("latency_ceiling", ceiling);
+    outcome.metric(
+        "scheduler_cpu_vs_broker_per_message",
+        cpu_cost::scheduler_vs_broker(fire_cost, ceiling.broker_cpu_us_per_message),
+    );
+    outcome.metric("latency_ceiling", &ceiling);
     let p99 = consume.map_or(f64::INFINITY, |s| s.p99_ms);
     if let Some(broker) = ceiling.consume_lateness_ms {
         outcome.metric("consume_p99_vs_ceiling", p99 / broker.p99_ms);
