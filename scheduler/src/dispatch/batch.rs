@@ -188,7 +188,7 @@ impl Publishing {
             if let Err(error) = topology::check_task(&outgoing.task) {
                 let reason = format!("cannot publish: {error}");
                 self.give_up(&outgoing.task, error.reason(), reason);
-            } else if let Some((_, reason)) = self.refused.get(&destination(&outgoing.task)) {
+            } else if let Some((_, reason)) = self.refused_destination(&outgoing.task) {
                 let reason = reason.clone();
                 self.give_up(&outgoing.task, "destination_refused", reason);
             } else {
@@ -196,6 +196,15 @@ impl Publishing {
             }
         }
         publishable
+    }
+
+    /// Why `task`'s destination was refused lately, if it was. Most of the time nothing
+    /// was, and the destination's name (an allocation per task) is not even built.
+    fn refused_destination(&self, task: &TaskMessage) -> Option<&(std::time::Instant, String)> {
+        if self.refused.is_empty() {
+            return None;
+        }
+        self.refused.get(&destination(task))
     }
 
     /// Gives up `task`'s run: it can never be published, for `reason` (`label` in the
