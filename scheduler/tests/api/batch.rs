@@ -73,6 +73,8 @@ async fn post_batch_bad_items_are_each_named_and_nothing_is_stored() {
     // Parses, but never fires: found by the service's check, listed with the others.
     jobs[9]["schedule"] = json!({"cron": "0 0 0 30 2 *"});
     jobs[12]["payload"] = json!({"big": "x".repeat(PAYLOAD_LIMIT)});
+    // A name used twice is listed beside the invalid jobs.
+    jobs[19]["name"] = json!("bad-0");
     let answer = app.json(Method::POST, BATCH, &batch(jobs)).await;
     answer
         .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
@@ -85,9 +87,10 @@ async fn post_batch_bad_items_are_each_named_and_nothing_is_stored() {
             (9, "invalid_field".into(), "jobs[9].schedule.cron".into()),
             (12, "payload_too_large".into(), "jobs[12].payload".into()),
             (17, "invalid_field".into(), "jobs[17].schedule.cron".into()),
+            (19, "duplicate_name".into(), "jobs[19].name".into()),
         ]
     );
-    assert_eq!(answer.body["refused"], 5);
+    assert_eq!(answer.body["refused"], 6);
     let message = answer.body["error"]["message"].as_str().unwrap();
     assert!(message.contains("nothing was stored"), "{message}");
     assert_eq!(stored(&app).await, 0);
