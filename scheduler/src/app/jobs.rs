@@ -128,7 +128,7 @@ pub enum BatchError {
     #[error("a batch takes 1 to {MAX_BATCH_JOBS} jobs, not {0}")]
     Size(usize),
     /// These jobs, by index in the batch, are refused: every one found, in index order.
-    #[error("{} jobs of the batch are refused, the first (index {}): {}", .0.len(), .0[0].0, .0[0].1)]
+    #[error("{} jobs of the batch are refused{}", .0.len(), .0.first().map(|(i, e)| format!(", the first (index {i}): {e}")).unwrap_or_default())]
     Items(Vec<(usize, JobsError)>),
     /// The batch could not be stored (the store failed).
     #[error(transparent)]
