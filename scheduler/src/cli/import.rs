@@ -7,13 +7,16 @@
 
 use std::{
     io::{BufRead, Write},
-    path::{Path, PathBuf},
+    path::PathBuf,
 };
 
 use anyhow::{Context, anyhow};
 use serde_json::Value;
 
-use super::{Client, terminal::write_json};
+use super::{
+    Client,
+    terminal::{read_source, write_json},
+};
 use crate::api::dto::{BatchItemError, JobBatchResponse, batch::MAX_BATCH_JOBS};
 
 /// The most bytes of jobs one request carries: under the route's 16 MiB body limit.
@@ -47,7 +50,7 @@ pub async fn import(
     out: &mut dyn Write,
     input: &mut dyn BufRead,
 ) -> anyhow::Result<()> {
-    let text = read_text(&args.file, input)?;
+    let text = read_source(&args.file, input)?;
     let items =
         parse_jobs(&text).with_context(|| format!("reading jobs from {}", args.file.display()))?;
     if items.is_empty() {
@@ -101,18 +104,6 @@ pub async fn import(
             n => format!(" in {n} requests"),
         };
         writeln!(out, "imported {} jobs{requests}", created.items.len()).context("writing output")
-    }
-}
-
-fn read_text(path: &Path, input: &mut dyn BufRead) -> anyhow::Result<String> {
-    if path.as_os_str() == "-" {
-        let mut text = String::new();
-        input
-            .read_to_string(&mut text)
-            .context("reading standard input")?;
-        Ok(text)
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
     }
 }
 

@@ -175,11 +175,7 @@ pub async fn run_with(
     let json = cli.json;
     match cli.command {
         Command::Completions { .. } => unreachable!("answered above"),
-        // Reads standard input through the terminal, which holds its lock.
-        Command::Job(JobCommand::Import(args)) => {
-            import::import(&client, &args, json, out, terminal.input).await
-        }
-        Command::Job(command) => job(&client, command, json, out).await,
+        Command::Job(command) => job(&client, command, json, out, terminal.input).await,
         Command::Run(command) => runs(&client, command, json, out).await,
         Command::Cluster => {
             let status: ClusterResponse = client.get("/v1/cluster").await?;
@@ -193,19 +189,21 @@ pub async fn run_with(
     }
 }
 
+/// Runs a `job` command; a file `-` is read from `input` (standard input).
 async fn job(
     client: &Client,
     command: JobCommand,
     json: bool,
     out: &mut dyn Write,
+    input: &mut dyn std::io::BufRead,
 ) -> anyhow::Result<()> {
     match command {
         JobCommand::Add(args) => {
-            let body = args.to_request()?;
+            let body = args.to_request(input)?;
             let job: JobResponse = client.post("/v1/jobs", Some(&body)).await?;
             print_jobs(out, json, &[job], true)
         }
-        JobCommand::Import(_) => unreachable!("run with the terminal in run_with"),
+        JobCommand::Import(args) => import::import(client, &args, json, out, input).await,
         JobCommand::Ls { app, limit } => {
             let jobs = client.all_jobs(app.as_deref(), limit).await?;
             if json {
@@ -226,7 +224,7 @@ async fn job(
         }
         JobCommand::Edit(args) => {
             let current = client.find_job(&args.job).await?;
-            let body = args.to_patch(&current)?;
+            let body = args.to_patch(&current, input)?;
             // A version named in the file wins over If-Match on the server.
             let version = args.if_version.or(Some(current.version));
             let job: JobResponse = client

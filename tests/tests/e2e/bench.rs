@@ -152,7 +152,13 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
                 assert!(m["single_creates"].as_u64().unwrap() > 0, "{outcome}");
                 assert!(m["expected_fires"].as_u64().unwrap() > 0, "{outcome}");
                 assert_eq!(m["consumed_fires"], m["expected_fires"], "{outcome}");
-                assert_eq!(outcome["checks"].as_array().unwrap().len(), 2, "{outcome}");
+                let speed = outcome["checks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|check| check["correctness"] == false)
+                    .count();
+                assert_eq!(speed, 2, "the import and the single creates: {outcome}");
             }
             other => panic!("unexpected workload {other}"),
         }
