@@ -65,6 +65,15 @@ use crate::{
 /// reload reads one job); a larger batch has it reload its whole window once instead.
 const ANNOUNCE_EACH_UP_TO: usize = 64;
 
+/// How long a target this node declared is not declared again.
+const DECLARED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The most targets remembered as declared.
+const DECLARED_KEPT: usize = 10_000;
+
+/// A job's target as far as its queues go: its group and its own zones.
+type QueueTarget = (String, Vec<String>);
+
 /// How many times an update without an expected version is tried when other changes
 /// keep landing between its read and its write.
 const UPDATE_ATTEMPTS: u32 = 3;
@@ -183,6 +192,9 @@ pub struct Jobs {
     timer: TimerHandle,
     dispatch: DispatchHandle,
     declarer: GroupDeclarer,
+    /// Targets (group, zones) this node declared lately: a create or change for one of
+    /// them declares nothing again (see `declare_target`).
+    declared: std::sync::Mutex<HashMap<QueueTarget, std::time::Instant>>,
 }
 
 impl Jobs {
@@ -201,6 +213,7 @@ impl Jobs {
             timer,
             dispatch,
             declarer,
+            declared: Default::default(),
         }
     }
 
@@ -426,13 +439,40 @@ impl Jobs {
 
     /// Declares the job's work queue so its tasks wait in RabbitMQ while no consumer runs.
     /// A broker outage does not fail the operation: the dispatcher declares again before
-    /// the first publish.
+    /// the first publish. A target this node declared within the last
+    /// [`DECLARED_FOR`] is not declared again: every declaration goes through one
+    /// channel, several round trips each, and creates of jobs for one group would
+    /// otherwise queue behind each other's (under load, a few creates a second).
     async fn declare_target(&self, job: &Job) {
         let target = &job.spec.settings.target;
         let group = &target.group;
         let zones = target.zones.as_deref().unwrap_or_default();
-        if let Err(error) = self.declarer.declare(group, zones).await {
-            warn!(%error, group, job = %job.id, "could not declare the job's queue now; the dispatcher will");
+        let key: QueueTarget = (group.clone(), zones.to_vec());
+        if self.declared_lately(&key) {
+            return;
+        }
+        match self.declarer.declare(group, zones).await {
+            Ok(()) => self.note_declared(key),
+            Err(error) => {
+                warn!(%error, group, job = %job.id, "could not declare the job's queue now; the dispatcher will");
+            }
+        }
+    }
+
+    fn declared_lately(&self, key: &QueueTarget) -> bool {
+        let declared = self.declared.lock().unwrap_or_else(|e| e.into_inner());
+        declared
+            .get(key)
+            .is_some_and(|at| at.elapsed() < DECLARED_FOR)
+    }
+
+    fn note_declared(&self, key: QueueTarget) {
+        let mut declared = self.declared.lock().unwrap_or_else(|e| e.into_inner());
+        if declared.len() >= DECLARED_KEPT {
+            declared.retain(|_, at| at.elapsed() < DECLARED_FOR);
+        }
+        if declared.len() < DECLARED_KEPT {
+            declared.insert(key, std::time::Instant::now());
         }
     }
 }
