@@ -35,6 +35,19 @@ pub const FIRES: &str = "chime_fires_total";
 pub const FIRE_TRANSACTIONS: &str = "chime_fire_transactions_total";
 /// Jobs found to have missed fires, by `policy`.
 pub const MISFIRES: &str = "chime_misfires_total";
+/// Jobs the timer found to have missed fires, by `cause` (`behind`: this node held the
+/// job's shard and had it in its timer at the missed due time, and was too slow;
+/// `outage`: nobody ran the job then — a restart, a takeover, a store outage) and
+/// `policy`.
+pub const TIMER_MISFIRES: &str = "chime_timer_misfires_total";
+/// Due fire times the timer did not record because their job misfired (collapsed by
+/// `fire_once`, dropped by `skip`, beyond the limit of `catch_up`), by `cause` and
+/// `policy` as [`TIMER_MISFIRES`]; cron jobs count at most 100 per job and fire.
+pub const FIRES_COLLAPSED: &str = "chime_fires_collapsed_total";
+/// How late the timer's latest round recorded the fires it was responsible for, in
+/// seconds: the worst (record time − due time) among them, 0 when all were on time or
+/// armed ahead.
+pub const TIMER_LAG: &str = "chime_timer_lag_seconds";
 /// Publish time minus scheduled fire time of first publishes, in seconds.
 pub const FIRE_LATENESS: &str = "chime_fire_lateness_seconds";
 /// Task publishes, by `outcome` (`confirmed`, `unroutable`, `nacked`, `failed`).
@@ -232,6 +245,19 @@ fn describe() {
     describe_counter!(
         MISFIRES,
         "Jobs found to have missed fires, by misfire policy."
+    );
+    describe_counter!(
+        TIMER_MISFIRES,
+        "Jobs the timer found to have missed fires, by cause (behind, outage) and misfire policy."
+    );
+    describe_counter!(
+        FIRES_COLLAPSED,
+        "Due fires not recorded because their job misfired, by cause (behind, outage) and misfire policy."
+    );
+    describe_gauge!(
+        TIMER_LAG,
+        Unit::Seconds,
+        "How late the timer's latest round recorded the fires it was responsible for."
     );
     describe_histogram!(
         FIRE_LATENESS,

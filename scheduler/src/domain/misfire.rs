@@ -110,6 +110,39 @@ pub fn plan_fires(
     }
 }
 
+/// Most missed fire times [`collapsed_fires`] counts one by one (cron schedules); an
+/// interval schedule's are counted exactly by arithmetic, a one-shot has one.
+pub const MAX_COUNTED_MISSES: usize = 100;
+
+/// How many of a misfired job's due fire times its policy did not record: the points of
+/// its schedule in `[due, now]` (`due`: the stored next fire time the plan started from)
+/// minus the `fired` it recorded. `fire_once` collapses all but one, `skip` drops those
+/// more than `grace` late, `catch_up` those beyond its limit. Interval schedules are
+/// counted exactly, whatever the outage; cron schedules count at most
+/// [`MAX_COUNTED_MISSES`] points (so the answer is then a lower bound), which keeps the
+/// fire transaction's cost bounded after a long outage.
+pub fn collapsed_fires(
+    schedule: &Schedule,
+    due: DateTime<Utc>,
+    now: DateTime<Utc>,
+    fired: usize,
+) -> u64 {
+    if now < due {
+        return 0;
+    }
+    let missed = match schedule {
+        Schedule::Every(interval) => {
+            let step = interval.num_milliseconds().max(1);
+            ((now - due).num_milliseconds() / step).saturating_add(1) as u64
+        }
+        Schedule::At(_) => 1,
+        Schedule::Cron(_) => schedule
+            .points_between(due, due, now, MAX_COUNTED_MISSES)
+            .len() as u64,
+    };
+    missed.saturating_sub(fired as u64)
+}
+
 /// Which of a job's recorded-but-unpublished scheduled fires still go out when a node
 /// starts or takes over the job's shard at `now` (fires are recorded up to the arming
 /// horizon before their time, so a node that stops after recording them leaves runs
@@ -349,6 +382,32 @@ mod tests {
         assert_eq!(plan.next_fire_at, Some(at("2026-11-21T10:00:01Z")));
     }
 
+    #[test]
+    fn collapsed_fires_follow_the_policy() {
+        let due = at("2026-11-21T10:00:00Z");
+        let now = at("2026-11-21T10:00:30.500Z");
+        let s = every(1);
+        // 31 due points (10:00:00 ..= 10:00:30).
+        let count = |policy| {
+            let plan = plan_fires(&s, due, now, now, policy, 3, GRACE);
+            collapsed_fires(&s, due, now, plan.fire_times.len())
+        };
+        assert_eq!(count(MisfirePolicy::FireOnce), 30);
+        assert_eq!(
+            count(MisfirePolicy::Skip),
+            26,
+            "five within grace still fire"
+        );
+        assert_eq!(count(MisfirePolicy::CatchUp), 28);
+        // A month-long outage of a per-second cron job is counted up to the bound.
+        let c = cron("* * * * * *");
+        let long = collapsed_fires(&c, at("2026-10-21T10:00:00Z"), now, 1);
+        assert_eq!(long, MAX_COUNTED_MISSES as u64 - 1);
+        assert_eq!(collapsed_fires(&Schedule::At(due), due, now, 1), 0);
+        assert_eq!(collapsed_fires(&Schedule::At(due), due, now, 0), 1);
+        assert_eq!(collapsed_fires(&s, now, due, 0), 0, "not due yet");
+    }
+
     fn policy() -> impl Strategy<Value = MisfirePolicy> {
         prop_oneof![
             Just(MisfirePolicy::FireOnce),
@@ -382,6 +441,25 @@ mod tests {
                 }
             } else {
                 prop_assert!(!plan.fire_times.is_empty());
+            }
+        }
+
+        #[test]
+        fn collapsed_and_fired_add_up_to_the_missed_points(
+            interval_s in 1i64..120,
+            late_ms in 0i64..600_000,
+            limit in 1u32..50,
+            policy in policy(),
+        ) {
+            let s = every(interval_s);
+            let due = at("2026-11-21T10:00:00Z");
+            let now = due + Duration::milliseconds(late_ms);
+            let plan = plan_fires(&s, due, now, now, policy, limit, GRACE);
+            let collapsed = collapsed_fires(&s, due, now, plan.fire_times.len());
+            let points = s.points_between(due, due, now, usize::MAX).len() as u64;
+            prop_assert_eq!(collapsed + plan.fire_times.len() as u64, points);
+            if plan.misfired && policy == MisfirePolicy::FireOnce {
+                prop_assert_eq!(collapsed, points - 1);
             }
         }
 

@@ -9,8 +9,8 @@ use uuid::Uuid;
 
 use chime_consumer::protocol::TaskMessage;
 
-use super::types::{FireBatch, Firing};
-use crate::domain::{DeliveryMode, Job, LiveZones, OverlapPolicy, Run};
+use super::types::{FireBatch, Firing, Misfire};
+use crate::domain::{DeliveryMode, Job, LiveZones, OverlapPolicy, Run, misfire::collapsed_fires};
 
 /// How far back a presence message counts: consumers seen since then are live.
 pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
@@ -102,8 +102,20 @@ pub(crate) fn plan_batch(
             fires.runs.clear();
             plan.batch.skipped_overlap.push(job.id);
         }
-        if fires.misfired {
-            plan.batch.misfired.push(job.spec.settings.misfire);
+        if let Some(due) = job
+            .timer_entry()
+            .filter(|due| *due < now && (fires.fire_times > 0 || fires.misfired))
+        {
+            plan.batch.late.push((job.id, due));
+        }
+        if let Some(due) = job.timer_entry().filter(|_| fires.misfired) {
+            let settings = &job.spec.settings;
+            plan.batch.misfired.push(Misfire {
+                job: job.id,
+                policy: settings.misfire,
+                due,
+                collapsed: collapsed_fires(&settings.schedule, due, now, fires.fire_times),
+            });
         }
         if fires.next_fire_at != job.next_fire_at {
             plan.advance.push((job.id, fires.next_fire_at));
@@ -130,7 +142,7 @@ mod tests {
     use chrono::{TimeZone, Timelike};
 
     use super::*;
-    use crate::domain::{DeliveryMode, JobSettings, JobSpec};
+    use crate::domain::{DeliveryMode, JobSettings, JobSpec, MisfirePolicy};
 
     fn job(overlap: OverlapPolicy, now: DateTime<Utc>) -> Job {
         let mut settings = JobSettings::every_second(DeliveryMode::Group, 3);
@@ -195,6 +207,51 @@ mod tests {
         assert_eq!(plan.batch.skipped_overlap, vec![job.id]);
         assert_eq!(plan.batch.unarmed, vec![job.id]);
         assert_eq!(forbidding_jobs(std::slice::from_ref(&job)), vec![job.id]);
+    }
+
+    #[test]
+    fn a_misfire_carries_its_missed_due_time_and_the_fires_it_collapsed() {
+        // A fire a second, due before `now()`: 30 s later it has missed one fire per
+        // second since its due time, and the one at that time.
+        let job = job(OverlapPolicy::Allow, now());
+        let due = job.next_fire_at.expect("due");
+        let late_now = now() + Duration::seconds(30);
+        let missed = (late_now - due).num_seconds() as u64 + 1;
+        let plan = plan_batch(
+            &[job.id],
+            std::slice::from_ref(&job),
+            &HashSet::new(),
+            late_now,
+            Duration::seconds(5),
+            &firing(Duration::seconds(2)),
+            &LiveZones::default(),
+        );
+        let batch = plan.batch;
+        assert_eq!(
+            batch.misfired,
+            vec![Misfire {
+                job: job.id,
+                policy: MisfirePolicy::FireOnce,
+                due,
+                collapsed: missed - 1,
+            }],
+            "fire_once records one of the due fires"
+        );
+        assert_eq!(batch.late, vec![(job.id, due)]);
+
+        // On time (armed ahead): neither late nor misfired.
+        let early = due - Duration::milliseconds(500);
+        let plan = plan_batch(
+            &[job.id],
+            std::slice::from_ref(&job),
+            &HashSet::new(),
+            early,
+            Duration::seconds(5),
+            &firing(Duration::seconds(2)),
+            &LiveZones::default(),
+        );
+        assert!(!plan.runs.is_empty());
+        assert!(plan.batch.misfired.is_empty() && plan.batch.late.is_empty());
     }
 
     #[test]

@@ -49,8 +49,9 @@ pub use open::{Backend, open, open_backend};
 pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
 pub use types::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES, NextAttempt,
-    OverdueRun, RecordedReplies, Replay, ReplyApplied, ReplyEffect, RunChange, RunPage,
+    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES, Misfire,
+    NextAttempt, OverdueRun, RecordedReplies, Replay, ReplyApplied, ReplyEffect, RunChange,
+    RunPage,
 };
 
 /// Why a store operation failed.

@@ -84,8 +84,13 @@ pub struct FireBatch {
     /// For each job examined, the next fire time the timer should hold (None: none —
     /// paused, deleted, or finished).
     pub next_fire: Vec<(Uuid, Option<DateTime<Utc>>)>,
-    /// The policy of each job that had misfired.
-    pub misfired: Vec<MisfirePolicy>,
+    /// Each job that had misfired: its policy, the due time it missed and how many
+    /// fires the policy did not record (see [`Misfire`]).
+    pub misfired: Vec<Misfire>,
+    /// Each job fired after its due time (within grace or misfired), with the oldest
+    /// due time it fired for (the stored next fire time): the timer's lateness.
+    /// On-time fires armed ahead are not listed.
+    pub late: Vec<(Uuid, DateTime<Utc>)>,
     /// Jobs not fired because their shard's lease could not be proven; nothing was
     /// written for them.
     pub fenced: Vec<Uuid>,
@@ -98,6 +103,21 @@ pub struct FireBatch {
     /// Jobs that may not be armed (overlap `forbid`: whether the previous run finished
     /// is only known at the fire time). The timer holds them until their due time.
     pub unarmed: Vec<Uuid>,
+}
+
+/// A job that misfired in a fire transaction (see [`crate::domain::misfire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Misfire {
+    /// The job.
+    pub job: Uuid,
+    /// Its misfire policy.
+    pub policy: MisfirePolicy,
+    /// The oldest due time it missed: the stored next fire time the plan started from.
+    pub due: DateTime<Utc>,
+    /// Due fire times the policy did not record (collapsed by `fire_once`, dropped by
+    /// `skip`, beyond the limit of `catch_up`); see
+    /// [`collapsed_fires`](crate::domain::misfire::collapsed_fires) for its bound.
+    pub collapsed: u64,
 }
 
 /// What a reply did: its effect on its run and, when a result decided the run

@@ -24,9 +24,19 @@
 //! When the set of shards changes it drops the others and reloads its window; it fires a
 //! job only while its lease is trusted, and the fire transaction re-checks the lease's
 //! fencing token, so a node that lost a shard cannot record a fire for it.
+//!
+//! Misfires are told apart by cause ([`crate::domain::behind`]): the timer keeps since
+//! when it has been responsible for each shard ([`Responsibility`]), and a job that
+//! misfired with its due time inside that span was missed because this node could not
+//! keep up. Those count as `cause="behind"` in `chime_timer_misfires_total` and
+//! `chime_fires_collapsed_total` and give a WARN at most every 10 s ([`BehindLog`]);
+//! `chime_timer_lag_seconds` says how late the latest round recorded the fires it was
+//! responsible for. See docs/operations.md, "Falling behind".
 
+pub mod behind_log;
 pub mod herd;
 pub mod queue;
+pub mod responsibility;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -37,7 +47,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use chime_consumer::backoff::Backoff;
@@ -45,12 +55,17 @@ use chime_consumer::backoff::Backoff;
 use crate::{
     cluster::{Leases, Ownership},
     dispatch::{ChangeGuard, DispatchHandle, MAX_PENDING},
-    domain::Job,
-    store::{DueCursor, Firing, Store, StoreError},
+    domain::{
+        Job,
+        behind::{MisfireCause, lateness, misfire_cause},
+    },
+    store::{DueCursor, FireBatch, Firing, Store, StoreError},
     telemetry,
 };
+pub use behind_log::{BehindLog, MisfireTally};
 use herd::RecordingPace;
 pub use queue::TimerQueue;
+pub use responsibility::Responsibility;
 
 /// Most jobs fired in one store transaction.
 const FIRE_BATCH: usize = 1000;
@@ -60,6 +75,28 @@ const REFILL_PAGE: u32 = 1000;
 /// How long a job whose lease cannot be proven right now waits before it is tried again
 /// (by then membership has renewed the lease or given the shard up).
 const UNPROVEN_RETRY: chrono::Duration = chrono::Duration::milliseconds(500);
+
+/// What one round of the timer ([`Timer::fire_round`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Round {
+    /// Runs recorded.
+    pub recorded: usize,
+    /// Jobs that misfired, by cause.
+    pub misfires: MisfireTally,
+    /// The latest any fire this node was responsible for was recorded after its due
+    /// time (zero when every fire was on time or armed ahead): `chime_timer_lag_seconds`.
+    pub lag: chrono::Duration,
+}
+
+impl Default for Round {
+    fn default() -> Self {
+        Self {
+            recorded: 0,
+            misfires: MisfireTally::default(),
+            lag: chrono::Duration::zero(),
+        }
+    }
+}
 
 /// What the timer is told.
 #[derive(Debug)]
@@ -163,6 +200,10 @@ pub struct Timer {
     /// How fast fire transactions record runs lately.
     pace: RecordingPace,
     retry: Backoff,
+    /// Since when the timer has been responsible for each shard.
+    responsible: Responsibility,
+    /// Misfires waiting to be logged.
+    behind_log: BehindLog,
 }
 
 impl Timer {
@@ -193,6 +234,8 @@ impl Timer {
             .expect("bounded arming lead"),
             pace: RecordingPace::default(),
             retry: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
+            responsible: Responsibility::default(),
+            behind_log: BehindLog::default(),
         };
         (TimerHandle { tx }, timer)
     }
@@ -260,6 +303,12 @@ impl Timer {
     /// current slice), and a herd further on that must be recorded early to be recorded
     /// in time; returns how many runs were recorded.
     pub async fn fire_due(&mut self, now: DateTime<Utc>) -> usize {
+        self.fire_round(now).await.recorded
+    }
+
+    /// One round: [`Timer::fire_due`], saying also which jobs misfired and why, and how
+    /// late the fires this node was responsible for were recorded.
+    pub async fn fire_round(&mut self, now: DateTime<Utc>) -> Round {
         let take_through = self.herd_plan(now).take_through.max(now + self.slice());
         if take_through > now + self.slice() {
             debug!(
@@ -268,7 +317,7 @@ impl Timer {
                 "taking up a herd early"
             );
         }
-        let mut recorded = 0;
+        let mut round = Round::default();
         loop {
             let due = self.queue.pop_due(take_through, FIRE_BATCH);
             if due.is_empty() {
@@ -280,9 +329,15 @@ impl Timer {
                 continue;
             }
             // A big herd takes a while to record: judge each batch at the real time.
-            match self.fire(&due, Utc::now().max(now), take_through).await {
-                Ok(n) => recorded += n,
+            match self
+                .fire(&due, Utc::now().max(now), take_through, &mut round)
+                .await
+            {
+                Ok(n) => round.recorded += n,
                 Err(error) => {
+                    // Nothing is recorded until the store answers: whatever misfires
+                    // meanwhile is an outage, not this node falling behind.
+                    self.responsible.interrupt_all();
                     let delay = self.retry.next_delay();
                     error!(%error, jobs = due.len(), retry_in_ms = delay.as_millis() as u64,
                         "cannot record fires; retrying");
@@ -299,7 +354,12 @@ impl Timer {
             self.queue.set(job, Some(at));
         }
         metrics::gauge!(telemetry::TIMER_JOBS).set(self.queue.len() as f64);
-        recorded
+        metrics::gauge!(telemetry::TIMER_LAG).set(round.lag.num_milliseconds() as f64 / 1000.0);
+        self.behind_log.note(&round.misfires);
+        if let Some(said) = self.behind_log.due(std::time::Instant::now()) {
+            log_misfires(&said);
+        }
+        round
     }
 
     /// Keeps the jobs that may be fired now; sets aside until the round is over the
@@ -348,6 +408,9 @@ impl Timer {
             if leases.trusts(shard, at) {
                 trusted.push(job);
             } else if leases.get(shard).is_some() {
+                // Not acting for the shard now: misfires until it is reloaded are not
+                // this node falling behind.
+                self.responsible.interrupt(shard);
                 // Not before the round ends: the retry may fall within its slice.
                 self.set_aside.push((job, now + UNPROVEN_RETRY));
             }
@@ -361,6 +424,7 @@ impl Timer {
         jobs: &[Uuid],
         now: DateTime<Utc>,
         take_through: DateTime<Utc>,
+        round: &mut Round,
     ) -> Result<usize, StoreError> {
         let firing = Firing {
             node: self.ownership.node().to_string(),
@@ -402,9 +466,7 @@ impl Timer {
             metrics::counter!(telemetry::FIRES_SKIPPED, "reason" => "overlap")
                 .increment(batch.skipped_overlap.len() as u64);
         }
-        for policy in &batch.misfired {
-            metrics::counter!(telemetry::MISFIRES, "policy" => policy.as_str()).increment(1);
-        }
+        self.judge_lateness(&batch, now, round);
         let unarmed: HashSet<Uuid> = batch.unarmed.into_iter().collect();
         for (job, next) in batch.next_fire {
             self.apply(job, next, !unarmed.contains(&job));
@@ -416,11 +478,55 @@ impl Timer {
         Ok(recorded)
     }
 
+    /// Counts the batch's misfires by cause and notes how late the fires this node was
+    /// responsible for were recorded.
+    fn judge_lateness(&self, batch: &FireBatch, now: DateTime<Utc>, round: &mut Round) {
+        let leases = self.ownership.current();
+        let cause = |job: Uuid, due: DateTime<Utc>| {
+            let since = self
+                .responsible
+                .since(self.ownership.shard_of(job), &leases);
+            misfire_cause(due, since)
+        };
+        for misfire in &batch.misfired {
+            let (policy, why) = (misfire.policy.as_str(), cause(misfire.job, misfire.due));
+            metrics::counter!(telemetry::MISFIRES, "policy" => policy).increment(1);
+            metrics::counter!(telemetry::TIMER_MISFIRES, "cause" => why.as_str(), "policy" => policy)
+                .increment(1);
+            metrics::counter!(telemetry::FIRES_COLLAPSED, "cause" => why.as_str(), "policy" => policy)
+                .increment(misfire.collapsed);
+            let late_ms = lateness(misfire.due, now).num_milliseconds();
+            round.misfires.count(why, misfire.collapsed, late_ms);
+        }
+        for (job, due) in &batch.late {
+            if cause(*job, *due) == MisfireCause::Behind {
+                round.lag = round.lag.max(lateness(*due, now));
+            }
+        }
+    }
+
     /// Loads every active job whose next fire time falls before `now + lookahead`.
     pub async fn refill(&mut self, now: DateTime<Utc>) -> Result<(), StoreError> {
+        // The leases the window is loaded for: from `now`, this timer is responsible for
+        // the jobs of their shards.
+        let leases = self.ownership.current();
+        match self.load_window(now, &leases).await {
+            Ok(()) => {
+                self.responsible.loaded(&leases, now);
+                Ok(())
+            }
+            Err(error) => {
+                self.responsible.interrupt_all();
+                Err(error)
+            }
+        }
+    }
+
+    /// [`Timer::refill`] for the shards of `leases`.
+    async fn load_window(&mut self, now: DateTime<Utc>, leases: &Leases) -> Result<(), StoreError> {
         let new_horizon = now + self.lookahead;
         let mut cursor = DueCursor::START;
-        let shards = self.ownership.shard_filter();
+        let shards: Option<Vec<u32>> = leases.is_fenced().then(|| leases.shards().collect());
         if shards.as_ref().is_some_and(Vec::is_empty) {
             self.horizon = Some(new_horizon);
             return Ok(());
@@ -480,6 +586,27 @@ impl Timer {
         };
         self.queue
             .set(job, inside.map(|due| arm_time(due, self.ahead, armable)));
+    }
+}
+
+/// Logs what misfired since the last line: a WARN when this node fell behind, an INFO
+/// for jobs nobody ran at their due time (they are expected after a restart or takeover).
+fn log_misfires(said: &MisfireTally) {
+    if said.behind_jobs > 0 {
+        warn!(
+            jobs = said.behind_jobs,
+            fires_collapsed = said.behind_collapsed,
+            worst_late_ms = said.worst_behind_ms,
+            hint = "this node cannot keep up; see docs/operations.md#falling-behind",
+            "timer is falling behind: jobs misfired while this node held them"
+        );
+    }
+    if said.outage_jobs > 0 {
+        info!(
+            jobs = said.outage_jobs,
+            fires_collapsed = said.outage_collapsed,
+            "jobs missed fires while no node ran them (a restart, takeover or store outage); their misfire policies applied"
+        );
     }
 }
 
