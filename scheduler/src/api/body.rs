@@ -6,6 +6,22 @@ use serde::de::DeserializeOwned;
 
 use super::error::{ApiError, ErrorCode};
 
+/// The path of the one route with a larger body limit: bulk job import.
+pub const BATCH_PATH: &str = "/v1/jobs/batch";
+
+/// The body limit of [`BATCH_PATH`]: room for 10 000 typical jobs.
+pub const BATCH_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// The body limit of a request to `path`, given the limit of every other route: 16 MiB
+/// (or that limit if larger) for bulk job import, that limit elsewhere.
+pub fn body_limit_for(path: &str, limit: usize) -> usize {
+    if path == BATCH_PATH {
+        limit.max(BATCH_BODY_LIMIT)
+    } else {
+        limit
+    }
+}
+
 /// Reads a body of at most `limit` bytes.
 pub async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|_| {
@@ -133,6 +149,14 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         let err = parse_json::<serde_json::Value>(deep.as_bytes()).unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidJson, "{}", err.message);
+    }
+
+    #[test]
+    fn only_the_batch_route_takes_bigger_bodies() {
+        assert_eq!(body_limit_for("/v1/jobs", 1024), 1024);
+        assert_eq!(body_limit_for("/v1/jobs/batch/", 1024), 1024);
+        assert_eq!(body_limit_for(BATCH_PATH, 1024), BATCH_BODY_LIMIT);
+        assert_eq!(body_limit_for(BATCH_PATH, 64 << 20), 64 << 20);
     }
 
     #[tokio::test]

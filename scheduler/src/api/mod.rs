@@ -3,6 +3,7 @@
 //! [`crate::dlq::DeadLetters`]) and shape the answer; every error is JSON (see [`error`]).
 //! The router and its middleware are here; what the handlers share is [`AppState`].
 
+mod batch;
 pub mod body;
 pub mod cluster;
 pub mod dlq;
@@ -30,6 +31,7 @@ pub fn router(state: AppState) -> Router {
     let body_limit = state.body_limit();
     Router::new()
         .route("/v1/jobs", post(jobs::create).get(jobs::list))
+        .route(body::BATCH_PATH, post(batch::create))
         .route(
             "/v1/jobs/{id}",
             get(jobs::get).patch(jobs::patch).delete(jobs::delete),
@@ -60,9 +62,12 @@ pub fn router(state: AppState) -> Router {
         // give any non-JSON error its JSON body.
         .layer(middleware::from_fn(guard::json_errors))
         .layer(middleware::from_fn(guard::check_request))
-        .layer(middleware::from_fn(move |request, next| {
-            guard::read_whole_body(body_limit, request, next)
-        }))
+        .layer(middleware::from_fn(
+            move |request: axum::extract::Request, next| {
+                let limit = body::body_limit_for(request.uri().path(), body_limit);
+                guard::read_whole_body(limit, request, next)
+            },
+        ))
         .layer(middleware::from_fn(guard::catch_panics))
         .with_state(state)
 }

@@ -28,10 +28,22 @@
 //! that disconnects) cannot stop a change between its steps. Creating a job needs no
 //! fence (it has no armed fires yet): the timer is told, and the job's queues declared.
 //!
+//! # Bulk creation
+//!
+//! [`Jobs::create_many`] creates up to [`MAX_BATCH_JOBS`] jobs all or none: every job is
+//! checked as [`Jobs::create`] checks one ([`check_new`], which also refuses a name used
+//! twice in the batch), the batch is stored in one transaction ([`Store::insert_jobs`]),
+//! the timer reloads its window once (or is told of each job of a small batch), and each
+//! distinct target's queues are declared once.
+//!
 //! A manual trigger is not a change: it records the fire's runs (stamped `fired_by` this
 //! node) and submits their tasks to the dispatcher.
 
-use std::{future::Future, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    sync::Arc,
+};
 
 use chrono::{DateTime, Utc};
 use tracing::{error, warn};
@@ -41,11 +53,26 @@ use super::runs::{Fire, fire_items};
 use crate::{
     broker::GroupDeclarer,
     dispatch::{ChangeGuard, DispatchHandle},
-    domain::{FieldError, Job, JobSpec, LiveZones, RunTrigger, job::reschedules},
+    domain::{
+        FieldError, Job, JobSpec, LiveZones, RunTrigger, job::reschedules, limits::MAX_BATCH_JOBS,
+    },
     store::{JobPage, Store, StoreError, live_since, needs_live_zones},
     telemetry,
     timer::TimerHandle,
 };
+
+/// Up to this many jobs, a batch's jobs are announced to the timer one by one (each
+/// reload reads one job); a larger batch has it reload its whole window once instead.
+const ANNOUNCE_EACH_UP_TO: usize = 64;
+
+/// How long a target this node declared is not declared again.
+const DECLARED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The most targets remembered as declared.
+const DECLARED_KEPT: usize = 10_000;
+
+/// A job's target as far as its queues go: its group and its own zones.
+type QueueTarget = (String, Vec<String>);
 
 /// How many times an update without an expected version is tried when other changes
 /// keep landing between its read and its write.
@@ -103,6 +130,60 @@ impl From<StoreError> for JobsError {
     }
 }
 
+/// Why a batch of new jobs ([`Jobs::create_many`]) was refused. Nothing of it was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// The batch is empty or has more than [`MAX_BATCH_JOBS`] jobs.
+    #[error("a batch takes 1 to {MAX_BATCH_JOBS} jobs, not {0}")]
+    Size(usize),
+    /// These jobs, by index in the batch, are refused: every one found, in index order.
+    #[error("{} jobs of the batch are refused{}", .0.len(), .0.first().map(|(i, e)| format!(", the first (index {i}): {e}")).unwrap_or_default())]
+    Items(Vec<(usize, JobsError)>),
+    /// The batch could not be stored (the store failed).
+    #[error(transparent)]
+    Failed(#[from] JobsError),
+}
+
+/// Checks that a batch of `count` jobs may be created at all: 1 to [`MAX_BATCH_JOBS`].
+pub fn check_batch_size(count: usize) -> Result<(), BatchError> {
+    if (1..=MAX_BATCH_JOBS).contains(&count) {
+        Ok(())
+    } else {
+        Err(BatchError::Size(count))
+    }
+}
+
+/// Checks new jobs, each by its index in a batch, as [`Jobs::create`] checks one (the
+/// schedule must fire after `now`), and that no app and name comes twice (the later is
+/// refused). Returns every refused index with why, in the order given.
+pub fn check_new<'a>(
+    specs: impl IntoIterator<Item = (usize, &'a JobSpec)>,
+    now: DateTime<Utc>,
+) -> Vec<(usize, JobsError)> {
+    let mut names = HashSet::new();
+    let mut refused = Vec::new();
+    for (index, spec) in specs {
+        if let Err(error) = check_one(spec, now) {
+            refused.push((index, error));
+        } else if !names.insert((spec.app.as_str(), spec.name.as_str())) {
+            refused.push((index, duplicate(spec)));
+        }
+    }
+    refused
+}
+
+/// What [`Jobs::create`] checks of a new job beyond its parsing: that it fires after `now`.
+fn check_one(spec: &JobSpec, now: DateTime<Utc>) -> Result<(), JobsError> {
+    Ok(spec.settings.schedule.check_fires(now)?)
+}
+
+fn duplicate(spec: &JobSpec) -> JobsError {
+    JobsError::DuplicateName {
+        app: spec.app.clone(),
+        name: spec.name.clone(),
+    }
+}
+
 /// The operations on jobs. Cheap to share.
 pub struct Jobs {
     store: Arc<dyn Store>,
@@ -111,6 +192,9 @@ pub struct Jobs {
     timer: TimerHandle,
     dispatch: DispatchHandle,
     declarer: GroupDeclarer,
+    /// Targets (group, zones) this node declared lately: a create or change for one of
+    /// them declares nothing again (see `declare_target`).
+    declared: std::sync::Mutex<HashMap<QueueTarget, std::time::Instant>>,
 }
 
 impl Jobs {
@@ -129,6 +213,7 @@ impl Jobs {
             timer,
             dispatch,
             declarer,
+            declared: Default::default(),
         }
     }
 
@@ -145,12 +230,53 @@ impl Jobs {
     /// Stores a new job of `spec`, tells the timer and declares its queues.
     pub async fn create(&self, spec: JobSpec) -> Result<Job, JobsError> {
         let now = Utc::now();
-        spec.settings.schedule.check_fires(now)?;
+        check_one(&spec, now)?;
         let job = Job::new(spec, now);
         self.store.insert_job(&job).await?;
         self.timer.job_changed(job.id);
         self.declare_target(&job).await;
         Ok(job)
+    }
+
+    /// Stores new jobs of `specs`, all or none (see the module documentation): answers
+    /// them in the order given, or every job refused, by index.
+    pub async fn create_many(&self, specs: Vec<JobSpec>) -> Result<Vec<Job>, BatchError> {
+        check_batch_size(specs.len())?;
+        let now = Utc::now();
+        let refused = check_new(specs.iter().enumerate(), now);
+        if !refused.is_empty() {
+            return Err(BatchError::Items(refused));
+        }
+        let jobs: Vec<Job> = specs.into_iter().map(|spec| Job::new(spec, now)).collect();
+        let taken = self
+            .store
+            .insert_jobs(&jobs)
+            .await
+            .map_err(JobsError::from)?;
+        if !taken.is_empty() {
+            return Err(BatchError::Items(
+                taken
+                    .into_iter()
+                    .map(|i| (i, duplicate(&jobs[i].spec)))
+                    .collect(),
+            ));
+        }
+        if jobs.len() <= ANNOUNCE_EACH_UP_TO {
+            for job in &jobs {
+                self.timer.job_changed(job.id);
+            }
+        } else {
+            self.timer.reload_all();
+        }
+        let mut targets = HashMap::new();
+        for job in &jobs {
+            let target = &job.spec.settings.target;
+            targets.entry((&target.group, &target.zones)).or_insert(job);
+        }
+        for job in targets.into_values() {
+            self.declare_target(job).await;
+        }
+        Ok(jobs)
     }
 
     /// Replaces job `id`'s definition with what `edit` makes of the current job. With
@@ -313,13 +439,40 @@ impl Jobs {
 
     /// Declares the job's work queue so its tasks wait in RabbitMQ while no consumer runs.
     /// A broker outage does not fail the operation: the dispatcher declares again before
-    /// the first publish.
+    /// the first publish. A target this node declared within the last
+    /// [`DECLARED_FOR`] is not declared again: every declaration goes through one
+    /// channel, several round trips each, and creates of jobs for one group would
+    /// otherwise queue behind each other's (under load, a few creates a second).
     async fn declare_target(&self, job: &Job) {
         let target = &job.spec.settings.target;
         let group = &target.group;
         let zones = target.zones.as_deref().unwrap_or_default();
-        if let Err(error) = self.declarer.declare(group, zones).await {
-            warn!(%error, group, job = %job.id, "could not declare the job's queue now; the dispatcher will");
+        let key: QueueTarget = (group.clone(), zones.to_vec());
+        if self.declared_lately(&key) {
+            return;
+        }
+        match self.declarer.declare(group, zones).await {
+            Ok(()) => self.note_declared(key),
+            Err(error) => {
+                warn!(%error, group, job = %job.id, "could not declare the job's queue now; the dispatcher will");
+            }
+        }
+    }
+
+    fn declared_lately(&self, key: &QueueTarget) -> bool {
+        let declared = self.declared.lock().unwrap_or_else(|e| e.into_inner());
+        declared
+            .get(key)
+            .is_some_and(|at| at.elapsed() < DECLARED_FOR)
+    }
+
+    fn note_declared(&self, key: QueueTarget) {
+        let mut declared = self.declared.lock().unwrap_or_else(|e| e.into_inner());
+        if declared.len() >= DECLARED_KEPT {
+            declared.retain(|_, at| at.elapsed() < DECLARED_FOR);
+        }
+        if declared.len() < DECLARED_KEPT {
+            declared.insert(key, std::time::Instant::now());
         }
     }
 }

@@ -6,8 +6,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::api::dto::{
-    DlqItems, DlqMessage, DlqSummary, JobResponse, ListResponse, PurgeResponse, ReplayReport,
-    ReplayRequest,
+    BatchRefusal, DlqItems, DlqMessage, DlqSummary, JobBatchResponse, JobResponse, ListResponse,
+    PurgeResponse, ReplayReport, ReplayRequest,
 };
 
 /// Why a request failed.
@@ -55,6 +55,17 @@ pub enum ClientError {
     /// No job matches the name.
     #[error("no job named {0:?} (give a job id, app/name, or a name in app \"default\")")]
     UnknownJob(String),
+}
+
+/// A batch of jobs the API refused ([`Client::create_jobs`]): nothing of it was stored.
+#[derive(Debug)]
+pub struct BatchRefused {
+    /// The API's error (the first refused job's, or the request's as a whole).
+    pub error: ClientError,
+    /// The refused jobs the API listed (none when the request as a whole was refused).
+    pub refusal: BatchRefusal,
+    /// The answer's body as sent, for `--json`.
+    pub body: Value,
 }
 
 /// The API client.
@@ -216,6 +227,41 @@ impl Client {
     pub async fn find_job(&self, reference: &str) -> Result<JobResponse, ClientError> {
         let id = self.resolve_job(reference).await?;
         self.get(&format!("/v1/jobs/{id}")).await
+    }
+
+    /// Creates `jobs` (each as `POST /v1/jobs` takes one) in one `POST /v1/jobs/batch`,
+    /// all or none. A refusal by the API comes back with its list of refused jobs; any
+    /// other failure (unreachable server) is the outer error.
+    pub async fn create_jobs(
+        &self,
+        jobs: &[Value],
+    ) -> Result<Result<JobBatchResponse, BatchRefused>, ClientError> {
+        let request = self
+            .http
+            .post(format!("{}/v1/jobs/batch", self.base))
+            .json(&serde_json::json!({ "jobs": jobs }));
+        let response = request.send().await.map_err(|e| self.transport(&e))?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| self.transport(&e))?;
+        if status.is_success() {
+            return serde_json::from_slice(&bytes)
+                .map(Ok)
+                .map_err(|e| ClientError::NotChimed {
+                    server: self.base.clone(),
+                    what: format!("HTTP {status} with a body that does not fit ({e})"),
+                });
+        }
+        let error = api_error(&self.base, status, &bytes);
+        if matches!(error, ClientError::NotChimed { .. }) {
+            return Err(error);
+        }
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let refusal = serde_json::from_value(body.clone()).unwrap_or_default();
+        Ok(Err(BatchRefused {
+            error,
+            refusal,
+            body,
+        }))
     }
 
     /// Every dead-letter queue, with depth, oldest age and reasons.

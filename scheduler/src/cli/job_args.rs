@@ -3,12 +3,13 @@
 //! body of the fields named, merged with the job as read where the API replaces a whole
 //! value (schedule, target, backoff), so a flag changes only what it names.
 
-use std::{io::Read, path::Path, path::PathBuf};
+use std::{io::BufRead, path::Path, path::PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Map, Value, json};
 
+use super::terminal::read_source;
 use crate::api::dto::JobResponse;
 
 /// The job fields, as flags. Every one is optional: `add` fills defaults, `edit` keeps
@@ -122,10 +123,10 @@ pub struct EditArgs {
 }
 
 impl AddArgs {
-    /// The request body.
-    pub fn to_request(&self) -> anyhow::Result<Value> {
+    /// The request body; a file `-` is read from `input`.
+    pub fn to_request(&self, input: &mut dyn BufRead) -> anyhow::Result<Value> {
         if let Some(path) = &self.file {
-            return read_json(path);
+            return read_json(path, input);
         }
         let Some(name) = &self.name else {
             bail!("give --name (or --file)")
@@ -167,9 +168,14 @@ impl AddArgs {
 impl EditArgs {
     /// The `PATCH` body for `current`: the fields the flags name, with schedule, target
     /// and backoff completed from `current` (the API replaces those whole).
-    pub fn to_patch(&self, current: &JobResponse) -> anyhow::Result<Value> {
+    /// A file `-` is read from `input`.
+    pub fn to_patch(
+        &self,
+        current: &JobResponse,
+        input: &mut dyn BufRead,
+    ) -> anyhow::Result<Value> {
         if let Some(path) = &self.file {
-            let body = read_json(path)?;
+            let body = read_json(path, input)?;
             if !body.is_object() {
                 bail!(
                     "{} must hold a JSON object of the fields to change",
@@ -292,17 +298,9 @@ fn insert_some(body: &mut Map<String, Value>, key: &str, value: Option<&impl ser
     }
 }
 
-/// JSON from `path`, or standard input for `-`.
-fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let text = if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading standard input")?;
-        text
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
-    };
+/// JSON from `path`, or from `input` (standard input) for `-`.
+fn read_json(path: &Path, input: &mut dyn BufRead) -> anyhow::Result<Value> {
+    let text = read_source(path, input)?;
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 

@@ -5,6 +5,7 @@
 mod client;
 mod dlq;
 mod dlq_table;
+mod import;
 mod job_args;
 mod schedule_text;
 mod table;
@@ -18,6 +19,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::api::dto::{ClusterResponse, JobResponse, ListResponse, RunResponse};
 pub use client::{Client, ClientError};
 pub use dlq::DlqCommand;
+use import::ImportArgs;
 use job_args::{AddArgs, EditArgs};
 pub use terminal::Terminal;
 use terminal::write_json;
@@ -76,6 +78,12 @@ pub enum JobCommand {
     /// Create a job from flags or a JSON file.
     #[command(visible_alias = "create", alias = "new")]
     Add(Box<AddArgs>),
+    /// Create many jobs from a JSON array or NDJSON file (`-`: standard input), in
+    /// requests of up to 10 000 jobs. Each request is all or none: if any job of it is
+    /// refused, none of its jobs is stored (earlier requests stay stored, later ones are
+    /// not sent) and every refused job is named by its line or item.
+    #[command(alias = "load")]
+    Import(ImportArgs),
     /// List jobs.
     #[command(visible_alias = "list")]
     Ls {
@@ -167,7 +175,7 @@ pub async fn run_with(
     let json = cli.json;
     match cli.command {
         Command::Completions { .. } => unreachable!("answered above"),
-        Command::Job(command) => job(&client, command, json, out).await,
+        Command::Job(command) => job(&client, command, json, out, terminal.input).await,
         Command::Run(command) => runs(&client, command, json, out).await,
         Command::Cluster => {
             let status: ClusterResponse = client.get("/v1/cluster").await?;
@@ -181,18 +189,21 @@ pub async fn run_with(
     }
 }
 
+/// Runs a `job` command; a file `-` is read from `input` (standard input).
 async fn job(
     client: &Client,
     command: JobCommand,
     json: bool,
     out: &mut dyn Write,
+    input: &mut dyn std::io::BufRead,
 ) -> anyhow::Result<()> {
     match command {
         JobCommand::Add(args) => {
-            let body = args.to_request()?;
+            let body = args.to_request(input)?;
             let job: JobResponse = client.post("/v1/jobs", Some(&body)).await?;
             print_jobs(out, json, &[job], true)
         }
+        JobCommand::Import(args) => import::import(client, &args, json, out, input).await,
         JobCommand::Ls { app, limit } => {
             let jobs = client.all_jobs(app.as_deref(), limit).await?;
             if json {
@@ -213,7 +224,7 @@ async fn job(
         }
         JobCommand::Edit(args) => {
             let current = client.find_job(&args.job).await?;
-            let body = args.to_patch(&current)?;
+            let body = args.to_patch(&current, input)?;
             // A version named in the file wins over If-Match on the server.
             let version = args.if_version.or(Some(current.version));
             let job: JobResponse = client

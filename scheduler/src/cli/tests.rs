@@ -170,3 +170,33 @@ async fn a_server_that_is_not_chimed_is_named_as_such() {
     serving.abort();
     also.abort();
 }
+
+/// Runs chimectl `argv` with `stdin` as its standard input: its error text.
+async fn run_reading(argv: &[&str], stdin: &str) -> String {
+    let cli = Cli::try_parse_from(["chimectl"].iter().chain(argv)).expect("arguments parse");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut input = std::io::Cursor::new(stdin.as_bytes().to_vec());
+    let mut terminal = Terminal {
+        err: &mut err,
+        input: &mut input,
+    };
+    let result = run_with(cli, &mut out, &mut terminal).await;
+    format!("{:#}", result.expect_err("no server answers"))
+}
+
+#[tokio::test]
+async fn a_file_named_dash_is_read_from_the_terminals_input() {
+    // Standard input is read through the terminal (which holds stdin's lock), so these
+    // answer instead of waiting for the lock; nothing listens on port 1.
+    let server = ["--server", "http://127.0.0.1:1"];
+    let argv = |rest: &[&'static str]| [&server[..], rest].concat();
+    let error = run_reading(&argv(&["job", "add", "-f", "-"]), "{not json").await;
+    assert!(error.contains("- is not JSON"), "{error}");
+    let error = run_reading(&argv(&["job", "import", "-"]), "\n\n").await;
+    assert!(error.contains("- holds no jobs"), "{error}");
+    let error = run_reading(&argv(&["job", "import", "-"]), "{\"name\": \"a\"}\n{oops\n").await;
+    assert!(error.contains("line 2 is not JSON"), "{error}");
+    let job = r#"{"name": "a", "schedule": {"every": "1h"}, "target": {"group": "g"}}"#;
+    let error = run_reading(&argv(&["job", "import", "-"]), job).await;
+    assert!(error.contains("connection refused"), "{error}");
+}

@@ -30,3 +30,5 @@ pub const MAX_CATCH_UP_LIMIT: u32 = 1000;
 pub const MAX_SHARDS: u32 = 1024;
 /// Most zones a zone job lists.
 pub const MAX_ZONES: usize = 64;
+/// Most jobs one bulk import (`POST /v1/jobs/batch`) creates.
+pub const MAX_BATCH_JOBS: usize = 10_000;

@@ -329,4 +329,10 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes at most `limit` observer patterns last registered before `cutoff`, oldest
     /// first, in one short transaction. Returns how many.
     async fn prune_observers(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
+
+    /// Stores new jobs, all or none, in one transaction, each announced to the timers as
+    /// [`Store::insert_job`] announces one. Returns the indices in `jobs` of those whose
+    /// app and name are taken (by a stored job or an earlier job of `jobs`); when any
+    /// are, nothing is stored.
+    async fn insert_jobs(&self, jobs: &[Job]) -> Result<Vec<usize>, StoreError>;
 }

@@ -1,11 +1,12 @@
 //! One store test suite, run against both backends: every case gets a fresh SQLite file
 //! and a fresh PostgreSQL database (PostgreSQL must be running: deploy/local/postgres.sh).
 //! The test bodies are generic over the store and live in one file per concern
-//! (jobs, due, fire, overlap, runs, replies, reconcile, presence, retention); this file
+//! (jobs, import, due, fire, overlap, runs, replies, reconcile, presence, retention); this file
 //! holds the shared fixtures and the macro that runs every body on both backends.
 
 mod due;
 mod fire;
+mod import;
 mod jobs;
 mod overlap;
 mod presence;
@@ -226,6 +227,8 @@ store_suite!(
     ],
     borrowed: [
         jobs::jobs_round_trip_and_names_are_unique,
+        import::insert_jobs_stores_every_job_of_a_batch,
+        import::insert_jobs_with_a_taken_name_stores_nothing,
         jobs::job_list_pages_in_creation_order,
         jobs::updates_check_the_version,
         jobs::update_keeps_next_fire_a_fire_advanced,

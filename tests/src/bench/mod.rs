@@ -4,7 +4,7 @@
 //!
 //! Workloads ([`workloads`]): W1 thundering herd, W2 steady rate, W3 a million idle jobs,
 //! W4 failover of a three-node cluster, W5 reconciling overdue runs beside a large
-//! history. Sizes come from a [`Scale`]: `smoke` (CI: proves the harness works, seconds),
+//! history, W7 job import (a batch of 10 000 and single creates) while W2's load fires. Sizes come from a [`Scale`]: `smoke` (CI: proves the harness works, seconds),
 //! `default` (a few minutes) and `full` (the sizes in `docs/benchmarks.md`).
 //!
 //! Performance targets are reported as met or missed, never asserted; lost or duplicated
@@ -156,6 +156,7 @@ struct Sizes {
     idle: workloads::idle::Sizes,
     failover: (usize, u32, u32),
     reconcile: (usize, usize),
+    import: workloads::import::Sizes,
     /// Messages of the reference ceiling that rates are compared with.
     reference: usize,
 }
@@ -176,6 +177,11 @@ impl Sizes {
                 },
                 failover: (50, 3, 8),
                 reconcile: (200, 2_000),
+                import: workloads::import::Sizes {
+                    firing: 50,
+                    import: 200,
+                    create_secs: 1,
+                },
                 reference: 1_000,
             },
             Scale::Default => Self {
@@ -191,6 +197,11 @@ impl Sizes {
                 },
                 failover: (1_000, 10, 15),
                 reconcile: (10_000, 100_000),
+                import: workloads::import::Sizes {
+                    firing: 1_000,
+                    import: 10_000,
+                    create_secs: 5,
+                },
                 reference: 10_000,
             },
             Scale::Full => Self {
@@ -206,6 +217,11 @@ impl Sizes {
                 },
                 failover: (1_000, 15, 30),
                 reconcile: (10_000, 1_000_000),
+                import: workloads::import::Sizes {
+                    firing: 1_000,
+                    import: 10_000,
+                    create_secs: 10,
+                },
                 reference: 100_000,
             },
         }
@@ -224,7 +240,7 @@ pub struct SteadyChoice {
 }
 
 /// Runs the workloads named in `only` (all when empty) at `scale`; W1–W3 on each of
-/// `backends`, W4 and W5 on PostgreSQL.
+/// `backends`, W4 and W5 on PostgreSQL, W7 on each of `backends`.
 pub async fn run_all(
     scale: Scale,
     backends: &[Backend],
@@ -298,6 +314,10 @@ pub async fn run_all(
         if wanted("W3") {
             let run = bounded(workloads::idle::run(backend, sizes.idle)).await;
             outcomes.push(settle("W3", backend, run));
+        }
+        if wanted("W7") {
+            let run = bounded(workloads::import::run(backend, sizes.import)).await;
+            outcomes.push(settle("W7", backend, run));
         }
     }
     if wanted("W4") {

@@ -13,7 +13,8 @@ use clap::Parser;
 
 use chime_tests::bench::{Backend, Scale, SteadyChoice, run_all};
 
-/// Benchmarks chimed (W1 herd, W2 steady, W3 idle scale, W4 failover, W5 reconcile)
+/// Benchmarks chimed (W1 herd, W2 steady, W3 idle scale, W4 failover, W5 reconcile,
+/// W7 job import under load)
 /// against a plain lapin publisher/consumer measured in the same run.
 #[derive(Debug, Parser)]
 #[command(name = "chime-bench")]
@@ -27,7 +28,7 @@ struct Args {
     /// Workloads to run, e.g. `W1,W4` (default: all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Store backends for W1–W3: `postgres`, `sqlite` (default: both).
+    /// Store backends for W1–W3 and W7: `postgres`, `sqlite` (default: both).
     #[arg(long, value_delimiter = ',')]
     backends: Vec<String>,
     /// Make W2 a search for the highest rate the box sustains over these rates

@@ -38,6 +38,8 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
         "W3/sqlite",
         "W4/postgres",
         "W5/postgres",
+        "W7/postgres",
+        "W7/sqlite",
     ] {
         assert!(
             names.iter().any(|n| n == expected),
@@ -142,6 +144,21 @@ async fn the_benchmark_harness_runs_every_workload_at_smoke_scale() {
             "W5" => {
                 assert_eq!(m["overdue_runs_not_republished"], 0, "{outcome}");
                 assert!(m["runs_rows_read"].as_i64().unwrap() > 0, "{outcome}");
+            }
+            "W7" => {
+                // The import and the single creates are timed (not judged at this size),
+                // and the fires due meanwhile are all consumed.
+                assert!(m["import_s"].as_f64().unwrap() > 0.0, "{outcome}");
+                assert!(m["single_creates"].as_u64().unwrap() > 0, "{outcome}");
+                assert!(m["expected_fires"].as_u64().unwrap() > 0, "{outcome}");
+                assert_eq!(m["consumed_fires"], m["expected_fires"], "{outcome}");
+                let speed = outcome["checks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|check| check["correctness"] == false)
+                    .count();
+                assert_eq!(speed, 2, "the import and the single creates: {outcome}");
             }
             other => panic!("unexpected workload {other}"),
         }

@@ -1,5 +1,5 @@
 //! The HTTP API's wire types: what clients send and what `chimed` answers, by resource
-//! ([`job`], [`run`], [`page`], [`cluster`], [`dlq`]), and [`RequestError`], what parsing
+//! ([`job`], [`batch`], [`run`], [`page`], [`cluster`], [`dlq`]), and [`RequestError`], what parsing
 //! them refuses.
 //!
 //! dto imports nothing from this crate but [`crate::domain`] (besides the protocol crate):
@@ -7,6 +7,7 @@
 //! database I/O, through nothing here. The API maps [`RequestError`] to its JSON error in
 //! `api/error.rs`; keep server types (`ApiError`, the store, the services) out of dto.
 
+pub mod batch;
 pub mod cluster;
 pub mod dlq;
 mod error;
@@ -14,6 +15,7 @@ pub mod job;
 pub mod page;
 pub mod run;
 
+pub use batch::{BatchItemError, BatchRefusal, JobBatchRequest, JobBatchResponse};
 pub use cluster::{ClusterResponse, NodeResponse};
 pub use dlq::{DlqItems, DlqMessage, DlqSummary, PurgeResponse, ReplayReport, ReplayRequest};
 pub use error::RequestError;

@@ -19,7 +19,7 @@ fn add(args: &[&str]) -> anyhow::Result<Value> {
     let Command::Job(JobCommand::Add(add)) = parse(&argv).unwrap().command else {
         panic!("parsed as job add")
     };
-    add.to_request()
+    add.to_request(&mut std::io::empty())
 }
 
 /// A job as the API would return it, from a request body.
@@ -33,7 +33,7 @@ fn edit(current: &JobResponse, args: &[&str]) -> anyhow::Result<Value> {
     let Command::Job(JobCommand::Edit(edit)) = parse(&argv).unwrap().command else {
         panic!("parsed as job edit")
     };
-    edit.to_patch(current)
+    edit.to_patch(current, &mut std::io::empty())
 }
 
 #[test]

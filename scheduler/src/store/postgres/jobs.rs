@@ -199,3 +199,70 @@ pub(super) async fn target_groups(pool: &PgPool) -> Result<Vec<String>, StoreErr
     .fetch_all(pool)
     .await?)
 }
+
+/// Stores `jobs` in one transaction with one multi-row insert (`UNNEST` of one array per
+/// column) and announces each to every node's timer, delivered at commit. Returns the
+/// indices of the jobs whose app and name were taken (by a stored job or an earlier one
+/// of `jobs`); when there are any, the transaction is rolled back and nothing is stored.
+pub(super) async fn insert_jobs(
+    pool: &PgPool,
+    shard_count: u32,
+    jobs: &[Job],
+) -> Result<Vec<usize>, StoreError> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = jobs.iter().map(|job| job.id).collect();
+    let apps: Vec<&str> = jobs.iter().map(|job| job.spec.app.as_str()).collect();
+    let names: Vec<&str> = jobs.iter().map(|job| job.spec.name.as_str()).collect();
+    let settings: Vec<Json<&crate::domain::JobSettings>> =
+        jobs.iter().map(|job| Json(&job.spec.settings)).collect();
+    let paused: Vec<bool> = jobs.iter().map(|job| job.spec.paused).collect();
+    let versions: Vec<i64> = jobs.iter().map(|job| job.version).collect();
+    let next: Vec<Option<DateTime<Utc>>> = jobs.iter().map(|job| job.next_fire_at).collect();
+    let created: Vec<DateTime<Utc>> = jobs.iter().map(|job| job.created_at).collect();
+    let updated: Vec<DateTime<Utc>> = jobs.iter().map(|job| job.updated_at).collect();
+    let shards: Vec<i32> = ids
+        .iter()
+        .map(|id| shard_of(*id, shard_count) as i32)
+        .collect();
+    let mut tx = pool.begin().await?;
+    let inserted: Vec<Uuid> = sqlx::query_scalar(concat!(
+        "INSERT INTO jobs (",
+        job_columns!(),
+        ", shard, due_bound)
+         SELECT id, app, name, settings, paused, version, next_fire_at, created_at,
+                updated_at, shard, next_fire_at
+         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bool[], $6::int8[],
+                     $7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::int4[])
+              AS j(id, app, name, settings, paused, version, next_fire_at, created_at,
+                   updated_at, shard)
+         ON CONFLICT DO NOTHING RETURNING id"
+    ))
+    .bind(&ids)
+    .bind(&apps)
+    .bind(&names)
+    .bind(&settings)
+    .bind(&paused)
+    .bind(&versions)
+    .bind(&next)
+    .bind(&created)
+    .bind(&updated)
+    .bind(&shards)
+    .fetch_all(&mut *tx)
+    .await?;
+    if inserted.len() < jobs.len() {
+        tx.rollback().await?;
+        let inserted: std::collections::HashSet<Uuid> = inserted.into_iter().collect();
+        return Ok((0..jobs.len())
+            .filter(|&i| !inserted.contains(&jobs[i].id))
+            .collect());
+    }
+    sqlx::query("SELECT pg_notify($1, id::text) FROM UNNEST($2::uuid[]) AS id")
+        .bind(cluster::JOBS_CHANNEL)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Vec::new())
+}

@@ -148,6 +148,10 @@ route_store!(PostgresStore, reads: pool, writes: pool, {
         jobs::insert_job(&self.pool, self.shard_count, job).await
     }
 
+    async fn insert_jobs(&self, jobs: &[Job]) -> Result<Vec<usize>, StoreError> {
+        jobs::insert_jobs(&self.pool, self.shard_count, jobs).await
+    }
+
     async fn fire(
         &self,
         job_ids: &[Uuid],

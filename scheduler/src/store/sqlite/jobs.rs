@@ -180,3 +180,54 @@ pub(super) async fn target_groups(readers: &SqlitePool) -> Result<Vec<String>, S
     .fetch_all(readers)
     .await?)
 }
+
+/// Stores `jobs` in one `BEGIN IMMEDIATE` transaction with one multi-row insert (their
+/// columns travel as one JSON array of rows, read with `jsonb_each`, as the fire batch's
+/// runs do). Returns the indices of the jobs whose app and name were taken (by a stored
+/// job or an earlier one of `jobs`); when there are any, the transaction is rolled back
+/// and nothing is stored.
+pub(super) async fn insert_jobs(
+    writer: &SqlitePool,
+    jobs: &[Job],
+) -> Result<Vec<usize>, StoreError> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<serde_json::Value> = jobs
+        .iter()
+        .map(|job| {
+            serde_json::json!([
+                job.id.to_string(),
+                job.spec.app,
+                job.spec.name,
+                settings_text(job),
+                job.spec.paused,
+                job.version,
+                opt_ms(job.next_fire_at),
+                ms(job.created_at),
+                ms(job.updated_at),
+                shard_of(job.id, DEFAULT_SHARD_COUNT),
+            ])
+        })
+        .collect();
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let inserted: Vec<String> = sqlx::query_scalar(concat!(
+        "INSERT INTO jobs (",
+        job_columns!(),
+        ", shard) SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
+         value ->> 5, value ->> 6, value ->> 7, value ->> 8, value ->> 9 \
+         FROM jsonb_each(?) WHERE true ON CONFLICT DO NOTHING RETURNING id"
+    ))
+    .bind(serde_json::Value::Array(rows).to_string())
+    .fetch_all(&mut *tx)
+    .await?;
+    if inserted.len() == jobs.len() {
+        tx.commit().await?;
+        return Ok(Vec::new());
+    }
+    tx.rollback().await?;
+    let inserted: std::collections::HashSet<&str> = inserted.iter().map(String::as_str).collect();
+    Ok((0..jobs.len())
+        .filter(|&i| !inserted.contains(jobs[i].id.to_string().as_str()))
+        .collect())
+}

@@ -160,6 +160,10 @@ route_store!(SqliteStore, reads: readers, writes: writer, {
         jobs::insert_job(&self.writer, job).await
     }
 
+    async fn insert_jobs(&self, jobs: &[Job]) -> Result<Vec<usize>, StoreError> {
+        jobs::insert_jobs(&self.writer, jobs).await
+    }
+
     async fn fire(
         &self,
         job_ids: &[Uuid],

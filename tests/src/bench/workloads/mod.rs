@@ -1,10 +1,11 @@
-//! The five workloads. Each builds its own stage, measures, and returns an
+//! The workloads. Each builds its own stage, measures, and returns an
 //! [`Outcome`](super::report::Outcome); shared accounting of expected, recorded and
 //! consumed fires lives here.
 
 pub mod failover;
 pub mod herd;
 pub mod idle;
+pub mod import;
 pub mod reconcile;
 pub mod steady;
 
