@@ -331,19 +331,19 @@ impl Publishing {
 
         let mut confirmed = Vec::with_capacity(sent.len());
         let mut broken: Option<Broken> = None;
+        // Looked up once per batch: a labelled metric's lookup builds and hashes its key.
+        let lateness_histogram = metrics::histogram!(telemetry::FIRE_LATENESS);
         for (outgoing, outcome) in sent.into_iter().zip(outcomes) {
             let task = &outgoing.task;
             let id = task.task_id;
             match outcome {
                 Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => {
                     confirmed.push(id);
-                    metrics::counter!(telemetry::PUBLISHES, "outcome" => "confirmed").increment(1);
                     if outgoing.first {
                         let lateness = (published_at - task.fire_time)
                             .num_microseconds()
                             .unwrap_or(0);
-                        metrics::histogram!(telemetry::FIRE_LATENESS)
-                            .record(lateness.max(0) as f64 / 1e6);
+                        lateness_histogram.record(lateness.max(0) as f64 / 1e6);
                     }
                 }
                 Ok(Confirmation::Ack(Some(returned))) => {
@@ -374,6 +374,10 @@ impl Publishing {
                 }
             }
             self.queued.remove(&id);
+        }
+        if !confirmed.is_empty() {
+            metrics::counter!(telemetry::PUBLISHES, "outcome" => "confirmed")
+                .increment(confirmed.len() as u64);
         }
         self.marker().dispatched(confirmed, Utc::now());
         broken.map_or(Ok(()), Err)
