@@ -10,9 +10,9 @@ use chime_scheduler::{
     telemetry,
 };
 
-/// mimalloc instead of glibc's allocator: a profile at 10 000 fires/s put a third of
-/// the runtime's CPU in glibc's `malloc`/`free` (free-list consolidation behind the
-/// fire path's batch buffers); see `docs/benchmarks.md`.
+/// mimalloc instead of glibc's allocator: a profile at 10 000 fires/s put half of the
+/// runtime thread's CPU in glibc's `malloc`/`free` (`_int_malloc`, `unlink_chunk`,
+/// `malloc_consolidate`); see `docs/benchmarks.md`, "CPU per fire".
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
