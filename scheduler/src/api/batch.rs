@@ -31,7 +31,7 @@ pub(super) async fn create(
     let bytes = read_body(body, limit).await?;
     let request: JobBatchRequest = parse_json(&bytes)?;
     drop(bytes);
-    check_batch_size(request.jobs.len()).map_err(whole)?;
+    check_batch_size(request.jobs.len()).map_err(refusal)?;
     let payload_limit = state.payload_limit();
     let mut specs = Vec::with_capacity(request.jobs.len());
     let mut refused = Vec::new();
@@ -51,15 +51,7 @@ pub(super) async fn create(
         return Err(Refusal::Items(refused));
     }
     let specs = specs.into_iter().map(|(_, spec)| spec).collect();
-    let jobs = state.jobs().create_many(specs).await.map_err(|e| match e {
-        BatchError::Items(items) => Refusal::Items(
-            items
-                .into_iter()
-                .map(|(i, e)| (i, ApiError::from(e)))
-                .collect(),
-        ),
-        other => whole(other),
-    })?;
+    let jobs = state.jobs().create_many(specs).await.map_err(refusal)?;
     Ok((
         StatusCode::CREATED,
         Json(JobBatchResponse {
@@ -68,13 +60,23 @@ pub(super) async fn create(
     ))
 }
 
-/// A batch refused as a whole (its body, its size, the store) answers as any request.
-fn whole(error: BatchError) -> Refusal {
-    Refusal::Whole(match error {
-        BatchError::Size(_) => ApiError::field(ErrorCode::InvalidField, "jobs", error.to_string()),
-        BatchError::Failed(e) => e.into(),
-        BatchError::Items(_) => unreachable!("items are answered as a list"),
-    })
+/// How the jobs service's refusal of a batch answers: refused jobs as a list, a batch
+/// refused as a whole (its size, the store) as any request.
+fn refusal(error: BatchError) -> Refusal {
+    match error {
+        BatchError::Items(items) => Refusal::Items(
+            items
+                .into_iter()
+                .map(|(i, e)| (i, ApiError::from(e)))
+                .collect(),
+        ),
+        BatchError::Size(_) => Refusal::Whole(ApiError::field(
+            ErrorCode::InvalidField,
+            "jobs",
+            error.to_string(),
+        )),
+        BatchError::Failed(e) => Refusal::Whole(e.into()),
+    }
 }
 
 /// Why a batch was refused.
