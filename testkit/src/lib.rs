@@ -2,8 +2,9 @@
 //!
 //! What every Chime crate's tests need, written once: a fresh database per test
 //! ([`TestDatabase`]), a RabbitMQ virtual host per test ([`TestVhost`]), publishing with a
-//! publisher confirm ([`publish`]), waiting on a condition with a deadline ([`wait`]) and
-//! job specs for the HTTP API ([`JobSpec`]).
+//! publisher confirm ([`publish`]), waiting on a condition with a deadline ([`wait`]),
+//! job specs for the HTTP API ([`JobSpec`]) and a throwaway certificate authority for TLS
+//! tests ([`certs::TestCa`]).
 //!
 //! Dev-only: crates list it under `[dev-dependencies]` (the e2e harness `chime-tests` is
 //! itself test code). It depends on no `chime-*` crate, so any of them can use it without
@@ -14,6 +15,7 @@
 //! `CHIME_RABBITMQCTL` (the `rabbitmqctl` command, e.g. `sudo rabbitmqctl`). Helpers panic
 //! with instructions when a service is missing: these are tests, they should fail loudly.
 
+pub mod certs;
 pub mod database;
 pub mod jobs;
 pub mod publish;
