@@ -28,6 +28,11 @@ pub struct Config {
     pub http_addr: SocketAddr,
     /// `http_header_timeout` and `http_max_connections`: the API listener's limits.
     pub http: HttpSettings,
+    /// `admin_token_file`: the bootstrap admin token's file; `None` (written empty)
+    /// means no bootstrap token.
+    pub admin_token_file: Option<std::path::PathBuf>,
+    /// `metrics_auth`: whether `/metrics` needs a token.
+    pub metrics_need_token: bool,
     /// `payload_limit`: largest job payload in bytes of JSON.
     pub payload_limit: usize,
     /// `lookahead`: the timer's look-ahead window.
@@ -248,6 +253,14 @@ impl Layers {
                 header_timeout: parse("http_header_timeout").duration()?,
                 max_connections: parse("http_max_connections").count(65_536)?,
             },
+            admin_token_file: Some(parse("admin_token_file").text())
+                .filter(|path| !path.is_empty())
+                .map(std::path::PathBuf::from),
+            metrics_need_token: parse("metrics_auth").with(|v| match v {
+                "token" => Ok(true),
+                "open" => Ok(false),
+                _ => Err("use token or open".to_string()),
+            })?,
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
             fire_ahead: parse("fire_ahead").duration()?,

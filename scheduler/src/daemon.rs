@@ -3,6 +3,7 @@
 //! API, and stops them in order on shutdown — stop taking work, stop firing, publish and
 //! confirm what was already recorded, hand the shards back, then close.
 
+mod admin_token;
 pub mod args;
 pub mod http;
 
@@ -19,7 +20,7 @@ const DLQ_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 
 use crate::{
     api::{self, AppParts, AppState},
-    app::{Jobs, Node, Runs},
+    app::{Jobs, Node, Runs, Tokens},
     broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{
         DEFAULT_SHARD_COUNT, Membership, Ownership,
@@ -130,7 +131,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         &config.amqp_url,
         ownership.node(),
     ));
+    let bootstrap = match &config.admin_token_file {
+        Some(path) => Some(admin_token::load_or_create(path)?),
+        None => None,
+    };
     let state = AppState::new(AppParts {
+        tokens: Arc::new(Tokens::new(store.clone(), bootstrap.as_deref())),
+        metrics_need_token: config.metrics_need_token,
         jobs: Arc::new(Jobs::new(
             store.clone(),
             ownership.node(),

@@ -171,6 +171,8 @@ pub const HTTP_PANICS: &str = "chime_http_panics_total";
 pub const HTTP_CONNECTIONS_CLOSED: &str = "chime_http_connections_closed_total";
 /// Open HTTP API connections.
 pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
+/// API requests refused 401 (no token, a malformed header, an unknown or revoked token).
+pub const HTTP_UNAUTHENTICATED: &str = "chime_http_unauthenticated_total";
 
 pub use existence_checks::ExistenceCheckFilter;
 
@@ -397,4 +399,8 @@ fn describe() {
         "HTTP connections the server closed itself, by reason."
     );
     describe_gauge!(HTTP_CONNECTIONS, "Open HTTP API connections.");
+    describe_counter!(
+        HTTP_UNAUTHENTICATED,
+        "API requests refused 401: no token, a malformed header, or an unknown or revoked token."
+    );
 }

@@ -8,6 +8,8 @@ use serde_json::Value;
 pub struct Api {
     base: String,
     http: reqwest::Client,
+    /// The API token sent as `Authorization: Bearer`, if any.
+    token: Option<String>,
 }
 
 impl Api {
@@ -16,6 +18,26 @@ impl Api {
         Self {
             base: base.into(),
             http: reqwest::Client::new(),
+            token: None,
+        }
+    }
+
+    /// The same client sending `token` (None: no `Authorization` header).
+    pub fn with_token(mut self, token: Option<&str>) -> Self {
+        self.token = token.map(str::to_string);
+        self
+    }
+
+    /// The token this client sends.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
         }
     }
 
@@ -42,7 +64,7 @@ impl Api {
         body: Option<&Value>,
         headers: &[(&str, &str)],
     ) -> (StatusCode, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        let mut request = self.request(method, path);
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -64,8 +86,7 @@ impl Api {
     /// Sends raw bytes as the body.
     pub async fn call_raw(&self, method: Method, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
         let response = self
-            .http
-            .request(method, format!("{}{path}", self.base))
+            .request(method, path)
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -139,8 +160,7 @@ impl Api {
 
     /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> String {
-        self.http
-            .get(format!("{}/metrics", self.base))
+        self.request(Method::GET, "/metrics")
             .send()
             .await
             .expect("chimed answers")

@@ -84,3 +84,15 @@ pub fn scratch_dir(label: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create a scratch directory");
     dir
 }
+
+/// A `chimectl` command aimed at `api`'s server, sending its token (as `CHIME_TOKEN`).
+pub fn chimectl(api: &crate::api::Api) -> std::process::Command {
+    let mut command = Command::new(binary("chimectl"));
+    command.arg("--server").arg(api.base());
+    command.env_remove("CHIME_TOKEN_FILE");
+    match api.token() {
+        Some(token) => command.env("CHIME_TOKEN", token),
+        None => command.env_remove("CHIME_TOKEN"),
+    };
+    command
+}

@@ -22,16 +22,29 @@ pub struct ChimedConfig {
     pub env: Vec<(String, String)>,
     /// Write the log to its file even with `TEST_LOG` (for tests that read it).
     pub log_to_file: bool,
+    /// The bootstrap admin token chimed reads from its `admin_token_file`.
+    pub admin_token: String,
+    /// That file (written before chimed starts, mode 0600).
+    pub admin_token_file: PathBuf,
 }
 
 impl ChimedConfig {
     /// A config for `database_url` and `amqp_url`.
     pub fn new(database_url: &str, amqp_url: &str) -> Self {
+        let admin_token = format!(
+            "chime_test_{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let admin_token_file = binaries::scratch_dir("token").join("admin.token");
+        write_private(&admin_token_file, &admin_token);
         Self {
             database_url: database_url.to_string(),
             amqp_url: amqp_url.to_string(),
             env: Vec::new(),
             log_to_file: false,
+            admin_token,
+            admin_token_file,
         }
     }
 
@@ -73,7 +86,8 @@ impl Chimed {
         let mut command = Self::command(&config, port);
         log_to_file(&mut command, &log);
         let child = command.spawn().expect("start chimed");
-        let api = Api::new(format!("http://127.0.0.1:{port}"));
+        let api =
+            Api::new(format!("http://127.0.0.1:{port}")).with_token(Some(&config.admin_token));
         Self {
             child,
             config,
@@ -92,7 +106,8 @@ impl Chimed {
             attach_output(&mut command, &log);
         }
         let child = command.spawn().expect("start chimed");
-        let api = Api::new(format!("http://127.0.0.1:{port}"));
+        let api =
+            Api::new(format!("http://127.0.0.1:{port}")).with_token(Some(&config.admin_token));
         let chimed = Self {
             child,
             config,
@@ -192,9 +207,15 @@ impl Chimed {
             .env("CHIME_AMQP_URL", &config.amqp_url)
             .env("CHIME_HTTP_ADDR", format!("127.0.0.1:{port}"))
             .env("CHIME_LOG", "info,chime_scheduler=debug")
+            .env("CHIME_ADMIN_TOKEN_FILE", &config.admin_token_file)
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .kill_on_drop(true);
         command
+    }
+
+    /// The bootstrap admin token it accepts.
+    pub fn token(&self) -> &str {
+        &self.config.admin_token
     }
 
     /// Starts a new chimed with the same config and port.
@@ -244,4 +265,17 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// Writes `contents` to `path`, readable by its owner only.
+pub fn write_private(path: &std::path::Path, contents: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .expect("create a private file");
+    std::io::Write::write_all(&mut file, contents.as_bytes()).expect("write a private file");
 }

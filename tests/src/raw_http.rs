@@ -39,6 +39,8 @@ impl RawResponse {
 pub struct RawConnection {
     stream: TcpStream,
     buffer: Vec<u8>,
+    /// An `authorization` header line added to each request sent, if any.
+    authorization: Option<Vec<u8>>,
 }
 
 /// How long one answer may take before the test fails.
@@ -53,12 +55,33 @@ impl RawConnection {
         Self {
             stream,
             buffer: Vec::new(),
+            authorization: None,
         }
+    }
+
+    /// Connects; every request sent carries `Authorization: Bearer <token>` as its first
+    /// header (inserted after the request line).
+    pub async fn open_with_token(port: u16, token: &str) -> Self {
+        let mut connection = Self::open(port).await;
+        connection.authorization = Some(format!("authorization: Bearer {token}\r\n").into_bytes());
+        connection
     }
 
     /// Sends raw bytes.
     pub async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.expect("send request");
+        let line_end = find(bytes, b"\r\n").filter(|&end| {
+            let line = &bytes[..end];
+            line.ends_with(b" HTTP/1.1") || line.ends_with(b" HTTP/1.0")
+        });
+        match (&self.authorization, line_end) {
+            (Some(header), Some(end)) => {
+                let mut with = bytes[..end + 2].to_vec();
+                with.extend_from_slice(header);
+                with.extend_from_slice(&bytes[end + 2..]);
+                self.stream.write_all(&with).await.expect("send request");
+            }
+            _ => self.stream.write_all(bytes).await.expect("send request"),
+        }
     }
 
     /// Sends `request` and reads its answer.

@@ -5,7 +5,7 @@
 use axum::{
     Json,
     body::Body,
-    extract::State,
+    extract::{Extension, State},
     http::StatusCode,
     response::{IntoResponse, Response},
 };
@@ -21,10 +21,14 @@ use super::{
     error::{ApiError, ErrorCode},
     state::AppState,
 };
-use crate::app::jobs::{BatchError, check_batch_size, check_new};
+use crate::{
+    app::jobs::{BatchError, check_batch_size, check_new},
+    domain::access::Caller,
+};
 
 pub(super) async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     body: Body,
 ) -> Result<impl IntoResponse, Refusal> {
     let limit = state.body_limit().max(BATCH_BODY_LIMIT);
@@ -51,7 +55,11 @@ pub(super) async fn create(
         return Err(Refusal::Items(refused));
     }
     let specs = specs.into_iter().map(|(_, spec)| spec).collect();
-    let jobs = state.jobs().create_many(specs).await.map_err(refusal)?;
+    let jobs = state
+        .jobs()
+        .create_many(&caller, specs)
+        .await
+        .map_err(refusal)?;
     Ok((
         StatusCode::CREATED,
         Json(JobBatchResponse {

@@ -6,13 +6,18 @@ use super::{
     error::ApiError,
     state::AppState,
 };
+use crate::domain::access::Caller;
 use crate::domain::timestamp::timestamp;
-use axum::{Json, extract::State};
+use axum::{
+    Json,
+    extract::{Extension, State},
+};
 
 pub(super) async fn status(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<ClusterResponse>, ApiError> {
-    let status = state.node().cluster().await?;
+    let status = state.node().cluster(&caller).await?;
     Ok(Json(ClusterResponse {
         backend: status.backend.to_string(),
         shard_count: status.shard_count,

@@ -5,7 +5,7 @@
 use axum::{
     Json,
     body::Body,
-    extract::{Path, Query, State, rejection::QueryRejection},
+    extract::{Extension, Path, Query, State, rejection::QueryRejection},
 };
 use serde::Deserialize;
 
@@ -15,7 +15,10 @@ use super::{
     error::{ApiError, ErrorCode},
     state::AppState,
 };
-use crate::dlq::{DlqMessage, DlqSummary, MAX_PEEK, ReplayReport};
+use crate::{
+    dlq::{DlqMessage, DlqSummary, MAX_PEEK, ReplayReport},
+    domain::access::Caller,
+};
 
 /// Messages `GET /v1/dlq/{queue}/messages` returns without a `limit`.
 pub const DEFAULT_PEEK: usize = 10;
@@ -31,20 +34,22 @@ pub struct PeekQuery {
 
 pub(super) async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<DlqItems<DlqSummary>>, ApiError> {
-    let items = state.dead_letters().list(true).await?;
+    let items = state.dead_letters().list(&caller, true).await?;
     Ok(Json(DlqItems { items }))
 }
 
 pub(super) async fn peek(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(queue): Path<String>,
     query: Result<Query<PeekQuery>, QueryRejection>,
 ) -> Result<Json<DlqItems<DlqMessage>>, ApiError> {
     let Query(query) =
         query.map_err(|e| ApiError::field(ErrorCode::InvalidField, "limit", e.body_text()))?;
     let limit = peek_limit(query.limit)?;
-    let items = state.dead_letters().peek(&queue, limit).await?;
+    let items = state.dead_letters().peek(&caller, &queue, limit).await?;
     Ok(Json(DlqItems { items }))
 }
 
@@ -52,6 +57,7 @@ pub(super) async fn peek(
 /// error, and what was replayed before it stays replayed.
 pub(super) async fn replay(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(queue): Path<String>,
     body: Body,
 ) -> Result<Json<ReplayReport>, ApiError> {
@@ -64,16 +70,17 @@ pub(super) async fn replay(
     let limit = replay_limit(request.limit)?;
     let report = state
         .dead_letters()
-        .replay(&queue, request.job.as_deref(), limit, |_| {})
+        .replay(&caller, &queue, request.job.as_deref(), limit, |_| {})
         .await?;
     Ok(Json(report))
 }
 
 pub(super) async fn purge(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(queue): Path<String>,
 ) -> Result<Json<PurgeResponse>, ApiError> {
-    let purged = state.dead_letters().purge(&queue).await?;
+    let purged = state.dead_letters().purge(&caller, &queue).await?;
     Ok(Json(PurgeResponse { queue, purged }))
 }
 

@@ -12,9 +12,9 @@ use tracing::error;
 
 use super::dto::RequestError;
 use crate::{
-    app::{JobsError, RunsError},
+    app::{AuthError, JobsError, NodeError, RunsError, TokensError},
     dlq::DlqError,
-    domain::FieldError,
+    domain::{FieldError, access::Denied},
     store::StoreError,
 };
 
@@ -38,7 +38,11 @@ pub enum ErrorCode {
     UriTooLong,
     /// The request headers are too many or too large.
     HeadersTooLarge,
-    /// No such job, run or route.
+    /// The request carries no valid API token.
+    Unauthorized,
+    /// The token's role or apps do not allow this.
+    Forbidden,
+    /// No such job, run, token or route.
     NotFound,
     /// The method does not apply to the route.
     MethodNotAllowed,
@@ -64,6 +68,8 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UriTooLong => StatusCode::URI_TOO_LONG,
             ErrorCode::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::DuplicateName | ErrorCode::VersionConflict => StatusCode::CONFLICT,
@@ -201,6 +207,7 @@ impl From<JobsError> for ApiError {
     fn from(e: JobsError) -> Self {
         match e {
             JobsError::NotFound(id) => Self::job_not_found(&id.to_string()),
+            JobsError::Denied(denied) => denied.into(),
             JobsError::Invalid(e) => e.into(),
             JobsError::DuplicateName { app, name } => Self::field(
                 ErrorCode::DuplicateName,
@@ -225,6 +232,7 @@ impl From<RunsError> for ApiError {
         match e {
             RunsError::RunNotFound(id) => Self::run_not_found(&id.to_string()),
             RunsError::JobNotFound(id) => Self::job_not_found(&id.to_string()),
+            RunsError::Denied(denied) => denied.into(),
             RunsError::Store(e) => e.into(),
         }
     }
@@ -237,6 +245,7 @@ impl From<DlqError> for ApiError {
                 Self::field(ErrorCode::InvalidField, "queue", e.to_string())
             }
             DlqError::NoSuchQueue(_) => Self::new(ErrorCode::NotFound, e.to_string()),
+            DlqError::Denied(denied) => denied.into(),
             DlqError::Broker(_) | DlqError::Publish(_) => {
                 error!(error = %e, "dead-letter operation failed on the broker");
                 Self::new(
@@ -245,6 +254,46 @@ impl From<DlqError> for ApiError {
                 )
             }
             DlqError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<NodeError> for ApiError {
+    fn from(e: NodeError) -> Self {
+        match e {
+            NodeError::Denied(denied) => denied.into(),
+            NodeError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<Denied> for ApiError {
+    fn from(e: Denied) -> Self {
+        Self::new(ErrorCode::Forbidden, e.to_string())
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unavailable => Self::new(ErrorCode::Unavailable, e.to_string()),
+            _ => Self::new(ErrorCode::Unauthorized, e.to_string()),
+        }
+    }
+}
+
+impl From<TokensError> for ApiError {
+    fn from(e: TokensError) -> Self {
+        match e {
+            TokensError::Denied(denied) => denied.into(),
+            TokensError::Invalid { field, .. } => {
+                Self::field(ErrorCode::InvalidField, field, e.to_string())
+            }
+            TokensError::NameTaken(_) => {
+                Self::field(ErrorCode::DuplicateName, "name", e.to_string())
+            }
+            TokensError::NotFound(_) => Self::new(ErrorCode::NotFound, e.to_string()),
+            TokensError::Store(e) => e.into(),
         }
     }
 }
@@ -266,6 +315,12 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(
                 axum::http::header::CONNECTION,
                 axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        if self.code == ErrorCode::Unauthorized {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"chime\""),
             );
         }
         response

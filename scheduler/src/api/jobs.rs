@@ -4,7 +4,7 @@
 use axum::{
     Json,
     body::Body,
-    extract::{Path, Query, State, rejection::QueryRejection},
+    extract::{Extension, Path, Query, State, rejection::QueryRejection},
     http::{HeaderMap, StatusCode, header},
     response::IntoResponse,
 };
@@ -17,16 +17,20 @@ use super::{
     error::{ApiError, ErrorCode},
     state::AppState,
 };
-use crate::{domain::Job, store::JobPage};
+use crate::{
+    domain::{Job, access::Caller},
+    store::JobPage,
+};
 
 pub(super) async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     let bytes = read_body(body, state.body_limit()).await?;
     let request: JobRequest = parse_json(&bytes)?;
     let spec = request.into_spec(state.payload_limit())?;
-    let job = state.jobs().create(spec).await?;
+    let job = state.jobs().create(&caller, spec).await?;
     let location = format!("/v1/jobs/{}", job.id);
     Ok((
         StatusCode::CREATED,
@@ -37,6 +41,7 @@ pub(super) async fn create(
 
 pub(super) async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<ListResponse<JobResponse>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::new(ErrorCode::InvalidField, e.body_text()))?;
@@ -61,11 +66,15 @@ pub(super) async fn list(
         .transpose()?;
     let jobs = state
         .jobs()
-        .list(&JobPage {
-            app: query.app.clone(),
-            after,
-            limit,
-        })
+        .list(
+            &caller,
+            &JobPage {
+                app: query.app.clone(),
+                apps: None,
+                after,
+                limit,
+            },
+        )
         .await?;
     let next = (jobs.len() == limit as usize)
         .then(|| jobs.last().map(|j| j.id.to_string()))
@@ -78,9 +87,10 @@ pub(super) async fn list(
 
 pub(super) async fn get(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<JobResponse>, ApiError> {
-    let job = state.jobs().get(parse_id(&id)?).await?;
+    let job = state.jobs().get(&caller, parse_id(&id)?).await?;
     Ok(Json(JobResponse::from(&job)))
 }
 
@@ -91,6 +101,7 @@ pub(super) async fn get(
 /// the job changed since. Without a version the change applies to whatever is current.
 pub(super) async fn patch(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -113,7 +124,7 @@ pub(super) async fn patch(
     let payload_limit = state.payload_limit();
     let stored = state
         .jobs()
-        .update(parse_id(&id)?, expected, |current: &Job| {
+        .update(&caller, parse_id(&id)?, expected, |current: &Job| {
             let mut merged = match serde_json::to_value(JobRequest::from_spec(&current.spec)) {
                 Ok(Value::Object(map)) => map,
                 _ => unreachable!("a job request serialises to an object"),
@@ -128,29 +139,32 @@ pub(super) async fn patch(
 
 pub(super) async fn delete(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.jobs().delete(parse_id(&id)?).await?;
+    state.jobs().delete(&caller, parse_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub(super) async fn pause(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Body,
 ) -> Result<Json<JobResponse>, ApiError> {
     read_no_arguments(body, state.body_limit()).await?;
-    let job = state.jobs().pause(parse_id(&id)?).await?;
+    let job = state.jobs().pause(&caller, parse_id(&id)?).await?;
     Ok(Json(JobResponse::from(&job)))
 }
 
 pub(super) async fn resume(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Body,
 ) -> Result<Json<JobResponse>, ApiError> {
     read_no_arguments(body, state.body_limit()).await?;
-    let job = state.jobs().resume(parse_id(&id)?).await?;
+    let job = state.jobs().resume(&caller, parse_id(&id)?).await?;
     Ok(Json(JobResponse::from(&job)))
 }
 
@@ -159,11 +173,12 @@ pub(super) async fn resume(
 /// `items`. A zone job with no zone to run answers `unavailable`.
 pub(super) async fn trigger(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     read_no_arguments(body, state.body_limit()).await?;
-    let fire = state.jobs().trigger(parse_id(&id)?).await?;
+    let fire = state.jobs().trigger(&caller, parse_id(&id)?).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(RunResponse::from(&fire.run).with_fire(&fire.items)),

@@ -1,8 +1,9 @@
-//! The HTTP API under `/v1` (jobs, runs, cluster, dead-letter queues), health checks and
-//! `/metrics`. Handlers parse the request, call an application service ([`crate::app`],
+//! The HTTP API under `/v1` (jobs, runs, cluster, dead-letter queues, tokens), health
+//! checks and `/metrics`; every request but the health checks is authenticated ([`auth`]). Handlers parse the request, call an application service ([`crate::app`],
 //! [`crate::dlq::DeadLetters`]) and shape the answer; every error is JSON (see [`error`]).
 //! The router and its middleware are here; what the handlers share is [`AppState`].
 
+pub mod auth;
 mod batch;
 pub mod body;
 pub mod cluster;
@@ -14,6 +15,7 @@ mod health;
 mod jobs;
 mod runs;
 mod state;
+mod tokens;
 
 pub use state::{AppParts, AppState};
 
@@ -46,6 +48,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dlq/{queue}/messages", get(dlq::peek))
         .route("/v1/dlq/{queue}/replay", post(dlq::replay))
         .route("/v1/dlq/{queue}/purge", post(dlq::purge))
+        .route("/v1/tokens", post(tokens::create).get(tokens::list))
+        .route("/v1/tokens/{name}", axum::routing::delete(tokens::revoke))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -67,6 +71,11 @@ pub fn router(state: AppState) -> Router {
                 let limit = body::body_limit_for(request.uri().path(), body_limit);
                 guard::read_whole_body(limit, request, next)
             },
+        ))
+        // Before the body is read: a request without a valid token costs nothing more.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
         ))
         .layer(middleware::from_fn(guard::catch_panics))
         .with_state(state)

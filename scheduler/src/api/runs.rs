@@ -3,7 +3,7 @@
 
 use axum::{
     Json,
-    extract::{Path, Query, State, rejection::QueryRejection},
+    extract::{Extension, Path, Query, State, rejection::QueryRejection},
 };
 use uuid::Uuid;
 
@@ -12,10 +12,11 @@ use super::{
     error::{ApiError, ErrorCode},
     state::AppState,
 };
-use crate::store::RunPage;
+use crate::{domain::access::Caller, store::RunPage};
 
 pub(super) async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(job_id): Path<String>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<ListResponse<RunResponse>>, ApiError> {
@@ -23,7 +24,10 @@ pub(super) async fn list(
     let limit = query.limit()?;
     let before = query.cursor.as_deref().map(parse_run_cursor).transpose()?;
     let id = Uuid::parse_str(&job_id).map_err(|_| ApiError::job_not_found(&job_id))?;
-    let runs = state.runs().list(id, &RunPage { before, limit }).await?;
+    let runs = state
+        .runs()
+        .list(&caller, id, &RunPage { before, limit })
+        .await?;
     let next = (runs.len() == limit as usize)
         .then(|| runs.last().map(run_cursor))
         .flatten();
@@ -36,9 +40,10 @@ pub(super) async fn list(
 /// One run, with the view of its whole fire (`items`, `fire_state`).
 pub(super) async fn get(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(run_id): Path<String>,
 ) -> Result<Json<RunResponse>, ApiError> {
     let id = Uuid::parse_str(&run_id).map_err(|_| ApiError::run_not_found(&run_id))?;
-    let fire = state.runs().get(id).await?;
+    let fire = state.runs().get(&caller, id).await?;
     Ok(Json(RunResponse::from(&fire.run).with_fire(&fire.items)))
 }

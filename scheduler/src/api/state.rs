@@ -6,7 +6,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::{
-    app::{Jobs, Node, Runs},
+    app::{Jobs, Node, Runs, Tokens},
     dlq::DeadLetters,
 };
 
@@ -20,6 +20,10 @@ pub struct AppParts {
     pub dead_letters: Arc<DeadLetters>,
     /// This node's view of the cluster and its readiness.
     pub node: Arc<Node>,
+    /// API tokens: who is calling.
+    pub tokens: Arc<Tokens>,
+    /// Whether `/metrics` needs a token (`metrics_auth = token`).
+    pub metrics_need_token: bool,
     /// The largest job payload, in bytes of JSON.
     pub payload_limit: usize,
     /// The metrics recorder `/metrics` renders.
@@ -54,6 +58,14 @@ impl AppState {
 
     pub(super) fn node(&self) -> &Node {
         &self.parts.node
+    }
+
+    pub(super) fn tokens(&self) -> &Tokens {
+        &self.parts.tokens
+    }
+
+    pub(super) fn metrics_need_token(&self) -> bool {
+        self.parts.metrics_need_token
     }
 
     pub(super) fn metrics(&self) -> &PrometheusHandle {

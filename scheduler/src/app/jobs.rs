@@ -54,7 +54,10 @@ use crate::{
     broker::GroupDeclarer,
     dispatch::{ChangeGuard, DispatchHandle},
     domain::{
-        FieldError, Job, JobSpec, LiveZones, RunTrigger, job::reschedules, limits::MAX_BATCH_JOBS,
+        FieldError, Job, JobSpec, LiveZones, RunTrigger,
+        access::{Action, Caller, Denied},
+        job::reschedules,
+        limits::MAX_BATCH_JOBS,
     },
     store::{JobPage, Store, StoreError, live_since, needs_live_zones},
     telemetry,
@@ -84,6 +87,9 @@ pub enum JobsError {
     /// No job has this id.
     #[error("no job with id {0}")]
     NotFound(Uuid),
+    /// The caller may not do this (its role, or the job's app).
+    #[error(transparent)]
+    Denied(#[from] Denied),
     /// The job definition is invalid (for example a cron expression that never fires).
     #[error(transparent)]
     Invalid(#[from] FieldError),
@@ -218,17 +224,36 @@ impl Jobs {
     }
 
     /// Job `id`.
-    pub async fn get(&self, id: Uuid) -> Result<Job, JobsError> {
-        self.store.get_job(id).await?.ok_or(JobsError::NotFound(id))
+    pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<Job, JobsError> {
+        self.job_for(caller, Action::ReadJobs, id).await
     }
 
-    /// A page of jobs, in creation order.
-    pub async fn list(&self, page: &JobPage) -> Result<Vec<Job>, JobsError> {
-        Ok(self.store.list_jobs(page).await?)
+    /// Job `id`, if `caller` may perform `action` on its app.
+    async fn job_for(&self, caller: &Caller, action: Action, id: Uuid) -> Result<Job, JobsError> {
+        caller.check(action, None)?;
+        let job = self
+            .store
+            .get_job(id)
+            .await?
+            .ok_or(JobsError::NotFound(id))?;
+        caller.check(action, Some(&job.spec.app))?;
+        Ok(job)
+    }
+
+    /// A page of jobs, in creation order: of `page.app` if given, and only of the
+    /// caller's apps.
+    pub async fn list(&self, caller: &Caller, page: &JobPage) -> Result<Vec<Job>, JobsError> {
+        caller.check(Action::ReadJobs, page.app.as_deref())?;
+        let mut page = page.clone();
+        if page.app.is_none() {
+            page.apps = caller.visible_apps();
+        }
+        Ok(self.store.list_jobs(&page).await?)
     }
 
     /// Stores a new job of `spec`, tells the timer and declares its queues.
-    pub async fn create(&self, spec: JobSpec) -> Result<Job, JobsError> {
+    pub async fn create(&self, caller: &Caller, spec: JobSpec) -> Result<Job, JobsError> {
+        caller.check(Action::ChangeJobs, Some(&spec.app))?;
         let now = Utc::now();
         check_one(&spec, now)?;
         let job = Job::new(spec, now);
@@ -240,8 +265,26 @@ impl Jobs {
 
     /// Stores new jobs of `specs`, all or none (see the module documentation): answers
     /// them in the order given, or every job refused, by index.
-    pub async fn create_many(&self, specs: Vec<JobSpec>) -> Result<Vec<Job>, BatchError> {
+    pub async fn create_many(
+        &self,
+        caller: &Caller,
+        specs: Vec<JobSpec>,
+    ) -> Result<Vec<Job>, BatchError> {
+        caller
+            .check(Action::ChangeJobs, None)
+            .map_err(JobsError::from)?;
         check_batch_size(specs.len())?;
+        let denied: Vec<(usize, JobsError)> = specs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, spec)| {
+                let denied = caller.check(Action::ChangeJobs, Some(&spec.app)).err()?;
+                Some((i, JobsError::Denied(denied)))
+            })
+            .collect();
+        if !denied.is_empty() {
+            return Err(BatchError::Items(denied));
+        }
         let now = Utc::now();
         let refused = check_new(specs.iter().enumerate(), now);
         if !refused.is_empty() {
@@ -289,6 +332,7 @@ impl Jobs {
     /// of a request body); every failure here converts into it.
     pub async fn update<E>(
         &self,
+        caller: &Caller,
         id: Uuid,
         expected: Option<i64>,
         mut edit: impl FnMut(&Job) -> Result<JobSpec, E>,
@@ -299,8 +343,12 @@ impl Jobs {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let current = self.get(id).await?;
+            let current = self.job_for(caller, Action::ChangeJobs, id).await?;
             let spec = edit(&current)?;
+            // Moving a job to another app needs the right on both.
+            caller
+                .check(Action::ChangeJobs, Some(&spec.app))
+                .map_err(JobsError::from)?;
             if spec.settings.schedule != current.spec.settings.schedule {
                 spec.settings
                     .schedule
@@ -326,7 +374,8 @@ impl Jobs {
     }
 
     /// Deletes job `id` and its run history; it stops firing at once.
-    pub async fn delete(&self, id: Uuid) -> Result<(), JobsError> {
+    pub async fn delete(&self, caller: &Caller, id: Uuid) -> Result<(), JobsError> {
+        self.job_for(caller, Action::ChangeJobs, id).await?;
         let deleted = self
             .whole_change(id, move |store, _since| async move {
                 store.delete_job(id).await
@@ -340,14 +389,14 @@ impl Jobs {
     }
 
     /// Pauses job `id` (a paused job does not fire); a paused job is answered as it is.
-    pub async fn pause(&self, id: Uuid) -> Result<Job, JobsError> {
-        self.set_paused(id, true).await
+    pub async fn pause(&self, caller: &Caller, id: Uuid) -> Result<Job, JobsError> {
+        self.set_paused(caller, id, true).await
     }
 
     /// Resumes job `id`, its next fire computed from now; a running job is answered as
     /// it is.
-    pub async fn resume(&self, id: Uuid) -> Result<Job, JobsError> {
-        self.set_paused(id, false).await
+    pub async fn resume(&self, caller: &Caller, id: Uuid) -> Result<Job, JobsError> {
+        self.set_paused(caller, id, false).await
     }
 
     /// Fires job `id` now (even when paused), as runs with trigger `manual` (one per
@@ -355,8 +404,8 @@ impl Jobs {
     /// submits their tasks. Answers the fire as stored, through its first item: a second
     /// trigger in the same millisecond answers the first one's runs. A zone job with no
     /// zone to run in records nothing and fails with [`JobsError::NoLiveZone`].
-    pub async fn trigger(&self, id: Uuid) -> Result<Fire, JobsError> {
-        let job = self.get(id).await?;
+    pub async fn trigger(&self, caller: &Caller, id: Uuid) -> Result<Fire, JobsError> {
+        let job = self.job_for(caller, Action::TriggerJobs, id).await?;
         let now = Utc::now();
         let live = if needs_live_zones(&job) {
             self.store.live_zones(live_since(now)).await?
@@ -390,8 +439,8 @@ impl Jobs {
         Ok(Fire { run, items })
     }
 
-    async fn set_paused(&self, id: Uuid, paused: bool) -> Result<Job, JobsError> {
-        let current = self.get(id).await?;
+    async fn set_paused(&self, caller: &Caller, id: Uuid, paused: bool) -> Result<Job, JobsError> {
+        let current = self.job_for(caller, Action::ChangeJobs, id).await?;
         if current.spec.paused == paused {
             return Ok(current);
         }

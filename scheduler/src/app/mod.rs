@@ -11,7 +11,9 @@
 pub mod jobs;
 pub mod node;
 pub mod runs;
+pub mod tokens;
 
 pub use jobs::{Jobs, JobsError};
-pub use node::{ClusterStatus, Node, NodeStatus, Readiness};
+pub use node::{ClusterStatus, Node, NodeError, NodeStatus, Readiness};
 pub use runs::{Fire, Runs, RunsError};
+pub use tokens::{AuthError, NewToken, Tokens, TokensError};

@@ -9,8 +9,20 @@ use chrono::{DateTime, Utc};
 use crate::{
     cluster::{ClusterSettings, Ownership},
     dispatch::DispatchHandle,
+    domain::access::{Action, Caller, Denied},
     store::{Backend, Store, StoreError},
 };
+
+/// Why the cluster view could not be given.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The caller may not read the cluster.
+    #[error(transparent)]
+    Denied(#[from] Denied),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// How long the readiness check waits for the database.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -93,7 +105,8 @@ impl Node {
 
     /// Which node holds which shards: on PostgreSQL the node registry with each node's
     /// unexpired leases; on SQLite this one node with every shard.
-    pub async fn cluster(&self) -> Result<ClusterStatus, StoreError> {
+    pub async fn cluster(&self, caller: &Caller) -> Result<ClusterStatus, NodeError> {
+        caller.check(Action::ReadCluster, None)?;
         let ownership = &self.ownership;
         let (backend, mut nodes) = match &self.backend {
             Backend::Postgres(store) => {

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::{
-    domain::Run,
+    domain::{
+        Run,
+        access::{Action, Caller, Denied},
+    },
     store::{RunPage, Store, StoreError},
 };
 
@@ -23,6 +26,9 @@ pub enum RunsError {
     /// No job has this id (its run history was asked for).
     #[error("no job with id {0}")]
     JobNotFound(Uuid),
+    /// The caller may not read this job's runs.
+    #[error(transparent)]
+    Denied(#[from] Denied),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -50,12 +56,20 @@ impl Runs {
     }
 
     /// Run `id`, with the view of its whole fire.
-    pub async fn get(&self, id: Uuid) -> Result<Fire, RunsError> {
+    pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<Fire, RunsError> {
+        caller.check(Action::ReadJobs, None)?;
         let run = self
             .store
             .get_run(id)
             .await?
             .ok_or(RunsError::RunNotFound(id))?;
+        if caller.visible_apps().is_some() {
+            // A run is its job's app's; a run whose job is gone is no scoped caller's.
+            match self.store.get_job(run.job_id).await? {
+                Some(job) => caller.check(Action::ReadJobs, Some(&job.spec.app))?,
+                None => return Err(RunsError::RunNotFound(id)),
+            }
+        }
         // A one-item fire is the run alone: no need to ask.
         let items = if run.shard_total <= 1 {
             vec![run.clone()]
@@ -66,10 +80,17 @@ impl Runs {
     }
 
     /// A page of job `job`'s runs, newest fire time first.
-    pub async fn list(&self, job: Uuid, page: &RunPage) -> Result<Vec<Run>, RunsError> {
-        if self.store.get_job(job).await?.is_none() {
+    pub async fn list(
+        &self,
+        caller: &Caller,
+        job: Uuid,
+        page: &RunPage,
+    ) -> Result<Vec<Run>, RunsError> {
+        caller.check(Action::ReadJobs, None)?;
+        let Some(stored) = self.store.get_job(job).await? else {
             return Err(RunsError::JobNotFound(job));
-        }
+        };
+        caller.check(Action::ReadJobs, Some(&stored.spec.app))?;
         Ok(self.store.list_runs(job, page).await?)
     }
 }

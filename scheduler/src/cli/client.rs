@@ -73,6 +73,8 @@ pub struct BatchRefused {
 pub struct Client {
     base: String,
     http: reqwest::Client,
+    /// The API token sent as `Authorization: Bearer`, if any.
+    token: Option<String>,
 }
 
 /// How long one request may take.
@@ -89,7 +91,17 @@ impl Client {
                 server: base.clone(),
                 reason: e.to_string(),
             })?;
-        Ok(Self { base, http })
+        Ok(Self {
+            base,
+            http,
+            token: None,
+        })
+    }
+
+    /// The same client, sending `token` with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
     }
 
     /// GET `path`.
@@ -147,8 +159,11 @@ impl Client {
     /// went wrong on the way.
     async fn exchange<T: DeserializeOwned>(
         &self,
-        request: reqwest::RequestBuilder,
+        mut request: reqwest::RequestBuilder,
     ) -> Result<T, ClientError> {
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
         let response = request.send().await.map_err(|e| self.transport(&e))?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| self.transport(&e))?;
@@ -335,13 +350,20 @@ fn api_error(server: &str, status: StatusCode, body: &[u8]) -> ClientError {
             what: format!("HTTP {status} without a Chime error"),
         };
     };
+    let mut message = error["message"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("HTTP {status}"));
+    if status == StatusCode::UNAUTHORIZED {
+        message.push_str(
+            " (chimectl sends the token from --token-file, CHIME_TOKEN_FILE, CHIME_TOKEN, \
+             or ./chime-admin.token)",
+        );
+    }
     ClientError::Api {
         status,
         code: code.to_string(),
-        message: error["message"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("HTTP {status}")),
+        message,
         field: error["field"].as_str().map(str::to_string),
     }
 }

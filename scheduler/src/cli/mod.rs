@@ -10,6 +10,7 @@ mod job_args;
 mod schedule_text;
 mod table;
 mod terminal;
+mod tokens;
 
 use std::io::Write;
 
@@ -42,6 +43,10 @@ pub struct Cli {
         default_value = "http://127.0.0.1:8080"
     )]
     pub server: String,
+    /// A file holding the API token to send (default: CHIME_TOKEN, else
+    /// ./chime-admin.token when it exists).
+    #[arg(long, global = true, env = "CHIME_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -65,6 +70,9 @@ pub enum Command {
     /// List, inspect, replay and purge dead-letter queues.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// Create, list and revoke API tokens (admin).
+    #[command(subcommand, alias = "tokens")]
+    Token(tokens::TokenCommand),
     /// Print a shell completion script: `chimectl completions bash > /etc/bash_completion.d/chimectl`.
     Completions {
         /// The shell.
@@ -171,7 +179,9 @@ pub async fn run_with(
         clap_complete::generate(shell, &mut Cli::command(), "chimectl", out);
         return Ok(());
     }
-    let client = Client::new(&cli.server)?;
+    let token =
+        tokens::resolve_token(cli.token_file.as_deref(), std::env::var("CHIME_TOKEN").ok())?;
+    let client = Client::new(&cli.server)?.with_token(token);
     let json = cli.json;
     match cli.command {
         Command::Completions { .. } => unreachable!("answered above"),
@@ -186,6 +196,7 @@ pub async fn run_with(
             }
         }
         Command::Dlq(command) => dlq::dlq(&client, command, json, out, terminal).await,
+        Command::Token(command) => tokens::token(&client, command, json, out).await,
     }
 }
 

@@ -49,6 +49,18 @@ pub const SETTINGS: &[Setting] = &[
         doc: "API connections served at once; more wait in the kernel's accept queue until one closes; 1 to 65536",
     },
     Setting {
+        key: "admin_token_file",
+        env: "CHIME_ADMIN_TOKEN_FILE",
+        default: "chime-admin.token",
+        doc: "file holding the bootstrap admin API token (named bootstrap); chimed writes a new random one there, mode 0600, when the file does not exist; empty disables it",
+    },
+    Setting {
+        key: "metrics_auth",
+        env: "CHIME_METRICS_AUTH",
+        default: "token",
+        doc: "whether /metrics needs an API token (token: any role) or answers anyone who can reach the port (open)",
+    },
+    Setting {
         key: "payload_limit",
         env: "CHIME_PAYLOAD_LIMIT",
         default: "256KiB",

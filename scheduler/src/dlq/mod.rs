@@ -36,7 +36,10 @@ pub use replay::replay_run;
 
 use crate::{
     broker::{self, ConfirmedPublisher, PublishError},
-    domain::{Run, RunState},
+    domain::{
+        Run, RunState,
+        access::{Action, Caller, Denied},
+    },
     store::{Store, StoreError},
     telemetry,
 };
@@ -49,6 +52,9 @@ pub const MAX_PEEK: usize = 1000;
 /// Why a DLQ operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DlqError {
+    /// The caller may not do this.
+    #[error(transparent)]
+    Denied(#[from] Denied),
     /// The name is not one of the dead-letter queues Chime declared.
     #[error(
         "{0:?} is not one of Chime's dead-letter queues (those of its groups and observers, and chime.replies.dlq: see `chimectl dlq ls`)"
@@ -109,7 +115,11 @@ impl DeadLetters {
     /// Every dead-letter queue that exists: one per group some job targets, one per
     /// observer that registered, and the reply queue's; with depth, oldest age and (when `reasons`) the reasons of the oldest
     /// messages.
-    pub async fn list(&self, reasons: bool) -> Result<Vec<DlqSummary>, DlqError> {
+    /// A caller scoped to some apps gets depths and ages only: the reasons are sampled
+    /// from every app's messages.
+    pub async fn list(&self, caller: &Caller, reasons: bool) -> Result<Vec<DlqSummary>, DlqError> {
+        caller.check(Action::ReadDeadLetters, None)?;
+        let reasons = reasons && caller.visible_apps().is_none();
         let queues = self.known().await?;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         // The reply queue's DLQ is chimed's own, so it is declared rather than looked
@@ -135,8 +145,16 @@ impl DeadLetters {
         Ok(items)
     }
 
-    /// Up to `n` messages from the head of `queue`, left in place.
-    pub async fn peek(&self, queue: &str, n: usize) -> Result<Vec<DlqMessage>, DlqError> {
+    /// Of the first `n` messages at the head of `queue`, left in place, those the caller
+    /// may see: every one for a caller on every app, else those of its apps' jobs (a
+    /// message whose job is unknown is shown to callers on every app only).
+    pub async fn peek(
+        &self,
+        caller: &Caller,
+        queue: &str,
+        n: usize,
+    ) -> Result<Vec<DlqMessage>, DlqError> {
+        caller.check(Action::ReadDeadLetters, None)?;
         self.check_name(queue).await?;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = async {
@@ -157,6 +175,15 @@ impl DeadLetters {
         .await;
         close(&connection).await;
         let mut out = result?;
+        if caller.visible_apps().is_some() {
+            out.retain(|message| {
+                message
+                    .job
+                    .as_deref()
+                    .and_then(|job| job.split_once('/'))
+                    .is_some_and(|(app, _)| caller.sees(app))
+            });
+        }
         for message in &mut out {
             message.resolved = self.resolved(message.run_id).await?;
         }
@@ -217,14 +244,17 @@ impl DeadLetters {
     /// next attempt and published to its group, confirmed, before its DLQ copy is
     /// removed. Unreadable messages are published as they are to where they first went.
     /// `progress` is called after each message.
+    ///
+    /// Replaying one job's messages needs the right on the job's app; replaying every
+    /// message of a queue (they may be any app's) is an admin operation.
     pub async fn replay(
         &self,
+        caller: &Caller,
         queue: &str,
         job: Option<&str>,
         limit: u32,
         progress: impl Fn(&ReplayReport),
     ) -> Result<ReplayReport, DlqError> {
-        let kind = self.check_name(queue).await?;
         let job = job.map(|j| {
             if j.contains('/') {
                 j.to_string()
@@ -232,6 +262,11 @@ impl DeadLetters {
                 format!("default/{j}")
             }
         });
+        match job.as_deref().and_then(|job| job.split_once('/')) {
+            Some((app, _)) => caller.check(Action::ReplayJobDeadLetters, Some(app))?,
+            None => caller.check(Action::ReplayQueue, None)?,
+        }
+        let kind = self.check_name(queue).await?;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = self
             .replay_on(&connection, queue, &kind, job.as_deref(), limit, progress)
@@ -249,7 +284,8 @@ impl DeadLetters {
     }
 
     /// Empties `queue`; returns how many messages were removed.
-    pub async fn purge(&self, queue: &str) -> Result<u32, DlqError> {
+    pub async fn purge(&self, caller: &Caller, queue: &str) -> Result<u32, DlqError> {
+        caller.check(Action::PurgeQueue, None)?;
         self.check_name(queue).await?;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = async {
@@ -272,7 +308,7 @@ impl DeadLetters {
     /// `every`, until `cancel` fires.
     pub async fn sample(self: Arc<Self>, every: Duration, cancel: CancellationToken) {
         loop {
-            match self.list(false).await {
+            match self.list(&Caller::internal(), false).await {
                 Ok(items) => {
                     for item in items {
                         metrics::gauge!(telemetry::DLQ_DEPTH, "queue" => item.queue.clone())

@@ -1,6 +1,7 @@
 //! Chime's domain, free of I/O: schedules and their DST rules, misfire planning, jobs,
 //! runs, retry decisions, and the validation that turns user input into these types.
 
+pub mod access;
 pub mod behind;
 pub mod broadcast;
 pub mod cron_schedule;

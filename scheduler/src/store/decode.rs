@@ -4,6 +4,7 @@
 
 use std::{collections::HashMap, time::Duration as StdDuration};
 
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{StoreError, types::OverdueRun};
@@ -110,4 +111,35 @@ pub(crate) fn waiting_for(state: &str, column: Option<String>) -> Option<Waiting
 /// A stored millisecond count as a duration (a negative one reads as zero).
 pub(crate) fn millis(ms: i64) -> StdDuration {
     StdDuration::from_millis(ms.max(0) as u64)
+}
+
+/// A stored API token from its columns; an unknown role or an app list that is not a
+/// valid scope is corruption.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stored_token(
+    id: Uuid,
+    name: String,
+    role: &str,
+    apps: &[String],
+    secret_sha256: String,
+    created_at: DateTime<Utc>,
+    created_by: String,
+    revoked_at: Option<DateTime<Utc>>,
+) -> Result<super::StoredToken, StoreError> {
+    let what = format!("api token {name}");
+    let role = crate::domain::access::Role::parse(role)
+        .ok_or_else(|| corrupt(&what, format!("role {role:?}")))?;
+    let apps = crate::domain::access::AppScope::from_list(apps).map_err(|e| corrupt(&what, e))?;
+    Ok(super::StoredToken {
+        token: crate::domain::access::ApiToken {
+            id,
+            name,
+            role,
+            apps,
+            created_at,
+            created_by,
+            revoked_at,
+        },
+        secret_sha256,
+    })
 }

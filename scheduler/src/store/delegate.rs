@@ -237,6 +237,27 @@ macro_rules! route_store {
             ) -> Result<u64, $crate::store::StoreError> {
                 retention::prune_observers(&self.$writes, cutoff, limit).await
             }
+
+            async fn insert_token(
+                &self,
+                token: &$crate::store::StoredToken,
+            ) -> Result<bool, $crate::store::StoreError> {
+                tokens::insert_token(&self.$writes, token).await
+            }
+
+            async fn list_tokens(
+                &self,
+            ) -> Result<Vec<$crate::store::StoredToken>, $crate::store::StoreError> {
+                tokens::list_tokens(&self.$reads).await
+            }
+
+            async fn revoke_token(
+                &self,
+                name: &str,
+                at: ::chrono::DateTime<::chrono::Utc>,
+            ) -> Result<Option<$crate::domain::access::ApiToken>, $crate::store::StoreError> {
+                tokens::revoke_token(&self.$writes, name, at).await
+            }
         }
     };
 }

@@ -51,7 +51,7 @@ pub use sqlite::{SingleNodeLock, SqliteStore};
 pub use types::{
     DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES, Misfire,
     NextAttempt, OverdueRun, RecordedReplies, Replay, ReplyApplied, ReplyEffect, RunChange,
-    RunPage,
+    RunPage, StoredToken,
 };
 
 /// Why a store operation failed.
@@ -335,4 +335,19 @@ pub trait Store: Send + Sync + 'static {
     /// app and name are taken (by a stored job or an earlier job of `jobs`); when any
     /// are, nothing is stored.
     async fn insert_jobs(&self, jobs: &[Job]) -> Result<Vec<usize>, StoreError>;
+
+    /// Stores a new API token (its secret's hash only). False when its name is taken
+    /// (revoked tokens keep their names).
+    async fn insert_token(&self, token: &StoredToken) -> Result<bool, StoreError>;
+
+    /// Every API token, revoked ones included, by name.
+    async fn list_tokens(&self) -> Result<Vec<StoredToken>, StoreError>;
+
+    /// Revokes token `name` at `at` (a revoked token keeps its first revocation time).
+    /// None when no token has that name.
+    async fn revoke_token(
+        &self,
+        name: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Option<crate::domain::access::ApiToken>, StoreError>;
 }

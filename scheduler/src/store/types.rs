@@ -13,6 +13,8 @@ use crate::domain::{Job, JobSettings, MisfirePolicy, Run, RunState, shard::Shard
 pub struct JobPage {
     /// Only jobs of this app.
     pub app: Option<String>,
+    /// Only jobs of these apps (a scoped caller's), when `app` is not given.
+    pub apps: Option<Vec<String>>,
     /// Only jobs after this id (the previous page's last).
     pub after: Option<Uuid>,
     /// At most this many.
@@ -228,3 +230,12 @@ pub enum Replay {
 
 /// Longest history [`Store::note_on_run`](super::Store::note_on_run) appends to.
 pub const MAX_NOTES: usize = 100;
+
+/// An API token as the store keeps it: the token and the SHA-256 of its secret (hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredToken {
+    /// The token.
+    pub token: crate::domain::access::ApiToken,
+    /// The SHA-256 of its secret, lower-case hex.
+    pub secret_sha256: String,
+}

@@ -9,6 +9,7 @@ use std::sync::{
 
 use chime_scheduler::{
     app::JobsError,
+    domain::access::Caller,
     domain::{Job, JobSpec},
 };
 use serde_json::json;
@@ -51,7 +52,12 @@ async fn update_without_a_version_applies_the_edit_again_over_a_concurrent_chang
     let calls = Arc::new(AtomicU32::new(0));
     let stored = app
         .jobs
-        .update(job, None, racing_edit(&app, calls.clone()))
+        .update(
+            &Caller::internal(),
+            job,
+            None,
+            racing_edit(&app, calls.clone()),
+        )
         .await
         .expect("applied over the newer job");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
@@ -67,7 +73,12 @@ async fn update_with_a_version_reports_a_concurrent_change_as_a_conflict() {
     let calls = Arc::new(AtomicU32::new(0));
     let error = app
         .jobs
-        .update(job, Some(1), racing_edit(&app, calls.clone()))
+        .update(
+            &Caller::internal(),
+            job,
+            Some(1),
+            racing_edit(&app, calls.clone()),
+        )
         .await
         .expect_err("a conflict");
     assert!(
@@ -81,6 +92,6 @@ async fn update_with_a_version_reports_a_concurrent_change_as_a_conflict() {
         "{error:?}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    let stored = app.jobs.get(job).await.unwrap();
+    let stored = app.jobs.get(&Caller::internal(), job).await.unwrap();
     assert_eq!(stored.spec.settings.payload, json!("someone else"));
 }

@@ -12,7 +12,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{TestApp, hourly};
+use crate::support::{ADMIN_TOKEN, TestApp, hourly};
 
 /// Sends `request` as raw bytes and reads the whole answer (the server closes).
 async fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
@@ -48,7 +48,30 @@ async fn jobs_over_a_real_listener_round_trip_and_http_errors_are_json() {
         stop.clone(),
     ));
     let base = format!("http://{addr}");
-    let client = reqwest::Client::new();
+    // Without a token: 401 in the API's JSON, with the scheme to use.
+    let anonymous = reqwest::Client::new()
+        .get(format!("{base}/v1/jobs"))
+        .send()
+        .await
+        .expect("GET /v1/jobs");
+    assert_eq!(anonymous.status().as_u16(), 401);
+    assert!(
+        anonymous.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    let refused: Value = anonymous.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "unauthorized");
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {ADMIN_TOKEN}").parse().unwrap(),
+    );
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
 
     // Create, then read back on the same (kept-alive) client.
     let created = client

@@ -16,7 +16,7 @@ use axum::{
 };
 use chime_scheduler::{
     api::{self, AppParts, AppState},
-    app::{Jobs, Node, Runs},
+    app::{Jobs, Node, Runs, Tokens},
     broker::GroupDeclarer,
     cluster::{ClusterSettings, DEFAULT_SHARD_COUNT, Ownership},
     dispatch::{Dispatcher, ObserverCopies},
@@ -136,6 +136,8 @@ impl TestApp {
                 ClusterSettings::default(),
                 dispatch,
             )),
+            tokens: Arc::new(Tokens::new(store.clone(), Some(ADMIN_TOKEN))),
+            metrics_need_token: true,
             payload_limit: PAYLOAD_LIMIT,
             metrics: telemetry::metrics_handle(),
         });
@@ -160,8 +162,20 @@ impl TestApp {
         drain
     }
 
-    /// Sends `request` through the router.
-    pub async fn send(&self, request: Request<Body>) -> Answer {
+    /// Sends `request` through the router, as the bootstrap admin unless the request
+    /// carries its own `Authorization` (or [`NO_TOKEN`] to send none).
+    pub async fn send(&self, mut request: Request<Body>) -> Answer {
+        let headers = request.headers_mut();
+        match headers.get(header::AUTHORIZATION) {
+            None => {
+                let admin = format!("Bearer {ADMIN_TOKEN}");
+                headers.insert(header::AUTHORIZATION, admin.parse().unwrap());
+            }
+            Some(value) if value == NO_TOKEN => {
+                headers.remove(header::AUTHORIZATION);
+            }
+            Some(_) => {}
+        }
         let response = self
             .router
             .clone()
@@ -244,6 +258,11 @@ impl TestApp {
         answer.body
     }
 }
+
+/// The bootstrap admin token every test app accepts.
+pub const ADMIN_TOKEN: &str = "chime_test_admin_token_0123456789abcdef0123456789";
+/// An `Authorization` value [`TestApp::send`] removes: the request goes without a token.
+pub const NO_TOKEN: &str = "none";
 
 /// A request builder for `method path`.
 pub fn request(method: Method, path: &str) -> axum::http::request::Builder {

@@ -12,6 +12,7 @@ async fn count_jobs(store: &dyn Store) -> usize {
     store
         .list_jobs(&JobPage {
             app: None,
+            apps: None,
             after: None,
             limit: 10_000,
         })

@@ -38,6 +38,7 @@ pub(super) async fn job_list_pages_in_creation_order(store: &dyn Store) {
     let first = store
         .list_jobs(&JobPage {
             app: None,
+            apps: None,
             after: None,
             limit: 2,
         })
@@ -47,6 +48,7 @@ pub(super) async fn job_list_pages_in_creation_order(store: &dyn Store) {
     let rest = store
         .list_jobs(&JobPage {
             app: None,
+            apps: None,
             after: Some(ids[1]),
             limit: 10,
         })
@@ -56,12 +58,34 @@ pub(super) async fn job_list_pages_in_creation_order(store: &dyn Store) {
     let shop = store
         .list_jobs(&JobPage {
             app: Some("shop".into()),
+            apps: None,
             after: None,
             limit: 10,
         })
         .await
         .unwrap();
     assert_eq!(shop.len(), 4);
+    // A scoped caller's listing: only the apps named, in creation order.
+    let scoped = store
+        .list_jobs(&JobPage {
+            app: None,
+            apps: Some(vec!["other".into(), "nobody".into()]),
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(scoped.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[4]]);
+    let none = store
+        .list_jobs(&JobPage {
+            app: None,
+            apps: Some(vec![]),
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert!(none.is_empty());
 }
 
 pub(super) async fn updates_check_the_version(store: &dyn Store) {

@@ -41,10 +41,10 @@ async fn scaling_one_to_three_to_one_rebalances_and_loses_nothing() {
     let status = cluster.wait_balanced(3, Duration::from_secs(20)).await;
     eprintln!("three nodes: {status}");
     // chimectl shows the same picture.
-    let server = cluster.api().base().to_string();
+    let server = cluster.api().clone();
     let table = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(binaries::binary("chimectl"))
-            .args(["--server", &server, "cluster"])
+        binaries::chimectl(&server)
+            .arg("cluster")
             .output()
             .expect("run chimectl")
     })

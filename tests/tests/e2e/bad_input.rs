@@ -208,6 +208,7 @@ async fn every_bad_request_is_a_clear_4xx_and_changes_nothing() {
     // connection; otherwise a client reusing it fails its next request.
     let oversized = reqwest::Client::new()
         .post(format!("{}/v1/jobs", api.base()))
+        .bearer_auth(api.token().expect("the harness's token"))
         .header("content-type", "application/json")
         .body(vec![b' '; 200 * 1024])
         .send()

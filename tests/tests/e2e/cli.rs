@@ -2,15 +2,13 @@
 
 use std::process::{Command, Output};
 
-use chime_tests::binaries;
+use chime_tests::{api::Api, binaries};
 use serde_json::Value;
 
 use crate::support::{Setup, StoreKind};
 
-fn chimectl(server: &str, args: &[&str]) -> Output {
-    Command::new(binaries::binary("chimectl"))
-        .arg("--server")
-        .arg(server)
+fn chimectl(api: &Api, args: &[&str]) -> Output {
+    binaries::chimectl(api)
         .args(args)
         .output()
         .expect("run chimectl")
@@ -23,7 +21,7 @@ fn stdout(output: &Output) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chimectl_manages_jobs_and_reports_errors() {
     let s = Setup::new(StoreKind::Sqlite).await;
-    let server = s.chimed.api.base().to_string();
+    let server = s.chimed.api.clone();
     let run = |args: Vec<&'static str>| {
         let server = server.clone();
         tokio::task::spawn_blocking(move || chimectl(&server, &args))
@@ -181,18 +179,15 @@ async fn chimectl_manages_jobs_and_reports_errors() {
     assert!(String::from_utf8_lossy(&gone.stderr).contains("no job named"));
 }
 
-async fn job_node(server: &str) -> String {
-    let status = chime_tests::api::Api::new(server)
-        .call(reqwest::Method::GET, "/v1/cluster", None)
-        .await
-        .1;
+async fn job_node(api: &Api) -> String {
+    let status = api.call(reqwest::Method::GET, "/v1/cluster", None).await.1;
     status["this_node"].as_str().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chimectl_edits_jobs_and_shows_what_a_schedule_runs() {
     let s = Setup::new(StoreKind::Sqlite).await;
-    let server = s.chimed.api.base().to_string();
+    let server = s.chimed.api.clone();
     let run = |args: Vec<String>| {
         let server = server.clone();
         tokio::task::spawn_blocking(move || {
@@ -316,7 +311,7 @@ async fn chimectl_edits_jobs_and_shows_what_a_schedule_runs() {
 fn chimectl_says_what_to_do_when_chimed_is_not_there() {
     let port = chime_tests::chimed::free_port();
     let server = format!("http://127.0.0.1:{port}");
-    let output = chimectl(&server, &["job", "ls"]);
+    let output = chimectl(&Api::new(server.clone()), &["job", "ls"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&output.stderr).trim(),

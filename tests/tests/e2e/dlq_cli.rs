@@ -3,11 +3,11 @@
 
 use std::{
     io::Write,
-    process::{Command, Output, Stdio},
+    process::{Output, Stdio},
     time::Duration,
 };
 
-use chime_tests::{TestConsumer, binaries, wait};
+use chime_tests::{TestConsumer, api::Api, binaries, wait};
 use serde_json::{Value, json};
 
 use crate::support::{Setup, StoreKind};
@@ -15,14 +15,12 @@ use crate::support::{Setup, StoreKind};
 const DLQ: &str = "chime.group.dlqcli.dlq";
 
 /// Runs chimectl with `args`, feeding `stdin` to it.
-async fn chimectl(server: &str, args: &[&str], stdin: &str) -> Output {
-    let server = server.to_string();
+async fn chimectl(server: &Api, args: &[&str], stdin: &str) -> Output {
+    let server = server.clone();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let stdin = stdin.to_string();
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(binaries::binary("chimectl"))
-            .arg("--server")
-            .arg(&server)
+        let mut child = binaries::chimectl(&server)
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -42,7 +40,7 @@ async fn chimectl(server: &str, args: &[&str], stdin: &str) -> Output {
 }
 
 /// Runs chimectl and insists it succeeds; returns its stdout.
-async fn ok(server: &str, args: &[&str]) -> String {
+async fn ok(server: &Api, args: &[&str]) -> String {
     let output = chimectl(server, args, "").await;
     assert!(
         output.status.success(),
@@ -53,7 +51,7 @@ async fn ok(server: &str, args: &[&str]) -> String {
 }
 
 /// The depth `chimectl dlq ls --json` reports for the test's queue, if listed.
-async fn depth(server: &str) -> Option<u64> {
+async fn depth(server: &Api) -> Option<u64> {
     let list: Value = serde_json::from_str(&ok(server, &["--json", "dlq", "ls"]).await)
         .expect("dlq ls --json prints JSON");
     list["items"]
@@ -64,7 +62,7 @@ async fn depth(server: &str) -> Option<u64> {
         .and_then(|item| item["depth"].as_u64())
 }
 
-async fn wait_depth(server: &str, want: u64) {
+async fn wait_depth(server: &Api, want: u64) {
     wait::until(
         &format!("{DLQ} to hold {want} message(s)"),
         Duration::from_secs(30),
@@ -76,7 +74,7 @@ async fn wait_depth(server: &str, want: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chimectl_lists_peeks_replays_and_purges_dead_letters() {
     let s = Setup::new(StoreKind::Sqlite).await;
-    let server = s.chimed.api.base().to_string();
+    let server = s.chimed.api.clone();
     let job = s
         .chimed
         .api

@@ -156,7 +156,7 @@ async fn every_http_error_is_json() {
         ),
     ];
     for (what, bytes, status, code) in cases {
-        let mut connection = RawConnection::open(port).await;
+        let mut connection = RawConnection::open_with_token(port, s.chimed.token()).await;
         let answer = connection.exchange(&bytes).await;
         assert_eq!(
             answer.header("content-type"),
@@ -186,7 +186,7 @@ async fn actions_read_or_refuse_their_body_before_acting() {
     let id = job["id"].as_str().unwrap();
     // Everything on one connection: an answer followed by a reset would fail the next
     // exchange.
-    let mut connection = RawConnection::open(s.chimed.port()).await;
+    let mut connection = RawConnection::open_with_token(s.chimed.port(), s.chimed.token()).await;
     for action in ["pause", "resume", "trigger"] {
         let path = format!("/v1/jobs/{id}/{action}");
         for refused in [r#"{"force": true}"#, "[]", "\"now\"", "{"] {
@@ -274,7 +274,7 @@ async fn slow_clients_are_closed_and_connections_are_limited() {
     // nothing and one that stops after a first answer (idle keep-alive).
     let mut slow = Vec::new();
     for i in 0..300 {
-        let mut connection = RawConnection::open(port).await;
+        let mut connection = RawConnection::open_with_token(port, s.chimed.token()).await;
         if i % 3 != 0 {
             connection
                 .send(b"GET /v1/jobs HTTP/1.1\r\nhost: c\r\nx-slow: ")
@@ -282,7 +282,7 @@ async fn slow_clients_are_closed_and_connections_are_limited() {
         }
         slow.push(connection);
     }
-    let mut idle = RawConnection::open(port).await;
+    let mut idle = RawConnection::open_with_token(port, s.chimed.token()).await;
     let first = idle.exchange(&request("GET", "/healthz", None)).await;
     assert_eq!(first.status, 200);
     // Generous bound: the timeout is 2 s, and the connections over the limit of 64 wait
@@ -321,12 +321,12 @@ async fn connections_over_the_limit_wait_for_a_free_slot() {
     // chimed's own readiness probe may still hold a slot; wait until both are ours.
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut connection = RawConnection::open(port).await;
+        let mut connection = RawConnection::open_with_token(port, s.chimed.token()).await;
         let answer = connection.exchange(&request("GET", "/healthz", None)).await;
         assert_eq!(answer.status, 200);
         held.push(connection);
     }
-    let mut waiting = RawConnection::open(port).await;
+    let mut waiting = RawConnection::open_with_token(port, s.chimed.token()).await;
     waiting.send(&request("GET", "/healthz", None)).await;
     let answered = tokio::time::timeout(Duration::from_millis(1500), waiting.read_response()).await;
     assert!(

@@ -4,21 +4,19 @@
 
 use std::{
     io::Write,
-    process::{Command, Output, Stdio},
+    process::{Output, Stdio},
     time::Duration,
 };
 
-use chime_tests::{JobSpec, binaries, wait};
+use chime_tests::{JobSpec, api::Api, binaries, wait};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support::{Setup, StoreKind};
 
 /// Runs `chimectl --server server args`, with `stdin` on its standard input.
-fn chimectl(server: &str, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(binaries::binary("chimectl"))
-        .arg("--server")
-        .arg(server)
+fn chimectl(server: &Api, args: &[&str], stdin: &str) -> Output {
+    let mut child = binaries::chimectl(server)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -81,7 +79,7 @@ async fn job_count(s: &Setup) -> usize {
 
 async fn chimectl_imports_json_and_ndjson(kind: StoreKind) {
     let s = Setup::new(kind).await;
-    let server = s.chimed.api.base().to_string();
+    let server = s.chimed.api.clone();
     let run = |args: Vec<String>, stdin: String| {
         let server = server.clone();
         tokio::task::spawn_blocking(move || {

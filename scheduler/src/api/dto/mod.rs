@@ -1,5 +1,6 @@
 //! The HTTP API's wire types: what clients send and what `chimed` answers, by resource
-//! ([`job`], [`batch`], [`run`], [`page`], [`cluster`], [`dlq`]), and [`RequestError`], what parsing
+//! ([`job`], [`batch`], [`run`], [`page`], [`cluster`], [`dlq`],
+//! [`token`]), and [`RequestError`], what parsing
 //! them refuses.
 //!
 //! dto imports nothing from this crate but [`crate::domain`] (besides the protocol crate):
@@ -14,6 +15,7 @@ mod error;
 pub mod job;
 pub mod page;
 pub mod run;
+pub mod token;
 
 pub use batch::{BatchItemError, BatchRefusal, JobBatchRequest, JobBatchResponse};
 pub use cluster::{ClusterResponse, NodeResponse};
@@ -22,5 +24,6 @@ pub use error::RequestError;
 pub use job::{BackoffRequest, JobRequest, JobResponse, JobResponseSpec, TargetRequest};
 pub use page::{ListQuery, ListResponse, parse_run_cursor, run_cursor};
 pub use run::{InstanceResponse, ItemResponse, RunResponse};
+pub use token::{TokenRequest, TokenResponse};
 
 pub use crate::domain::{fire_state::FireState, timestamp::timestamp};

@@ -67,11 +67,12 @@ pub(super) async fn list_jobs(pool: &PgPool, page: &JobPage) -> Result<Vec<Job>,
         "SELECT ",
         job_columns!(),
         " FROM jobs WHERE ($1::text IS NULL OR app = $1) AND ($2::uuid IS NULL OR id > $2)
-          ORDER BY id LIMIT $3"
+          AND ($4::text[] IS NULL OR app = ANY($4)) ORDER BY id LIMIT $3"
     ))
     .bind(&page.app)
     .bind(page.after)
     .bind(i64::from(page.limit))
+    .bind(&page.apps)
     .fetch_all(pool)
     .await?
     .iter()

@@ -14,6 +14,7 @@ mod replies;
 mod retention;
 mod rows;
 mod runs;
+mod tokens;
 
 use std::{collections::BTreeSet, str::FromStr, time::Duration as StdDuration};
 

@@ -51,11 +51,17 @@ pub(super) async fn list_jobs(
     sqlx::query(concat!(
         "SELECT ",
         job_columns!(),
-        " FROM jobs WHERE (?1 IS NULL OR app = ?1) AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        " FROM jobs WHERE (?1 IS NULL OR app = ?1) AND (?2 IS NULL OR id > ?2)
+           AND (?4 IS NULL OR app IN (SELECT value FROM json_each(?4))) ORDER BY id LIMIT ?3"
     ))
     .bind(&page.app)
     .bind(page.after.map(|id| id.to_string()))
     .bind(page.limit)
+    .bind(
+        page.apps
+            .as_ref()
+            .map(|apps| serde_json::to_string(apps).expect("a list of strings encodes")),
+    )
     .fetch_all(readers)
     .await?
     .iter()

@@ -15,6 +15,7 @@ mod replies;
 mod retention;
 mod rows;
 mod runs;
+mod tokens;
 
 use std::{path::PathBuf, str::FromStr, time::Duration as StdDuration};
 
