@@ -87,7 +87,8 @@ CHIME_GROUP=demo "$BIN/examples/demo_consumer" >"$DIR/consumer.log" 2>&1 &
 PIDS+=($!)
 echo $! >>"$DIR/pids"
 
-ctl() { "$BIN/chimectl" "$@"; }
+# chimed (started in $DIR) wrote its first admin token there; chimectl sends it.
+ctl() { CHIME_TOKEN_FILE="$DIR/chime-admin.token" "$BIN/chimectl" "$@"; }
 
 # chimed_failed WHY — the end of chimed's log, then WHY, and exit 1.
 chimed_failed() {

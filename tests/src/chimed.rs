@@ -31,10 +31,13 @@ pub struct ChimedConfig {
 impl ChimedConfig {
     /// A config for `database_url` and `amqp_url`.
     pub fn new(database_url: &str, amqp_url: &str) -> Self {
+        let random: [u8; 32] = rand::random();
         let admin_token = format!(
-            "chime_test_{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
+            "chime_test_{}",
+            random
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         );
         let admin_token_file = binaries::scratch_dir("token").join("admin.token");
         write_private(&admin_token_file, &admin_token);

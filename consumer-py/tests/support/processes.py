@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -52,12 +53,18 @@ class Chimed:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(self.dir.name) / "chimed.log"
+        # The bootstrap admin token chimed reads from its admin_token_file.
+        self.token = "chime_pytest_" + secrets.token_hex(32)
+        token_file = Path(self.dir.name) / "admin.token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(self.token)
         environment = dict(os.environ)
         environment.update({
             "CHIME_DATABASE_URL": f"sqlite://{self.dir.name}/chime.db",
             "CHIME_AMQP_URL": amqp_url,
             "CHIME_HTTP_ADDR": f"127.0.0.1:{self.port}",
             "CHIME_LOG": "info",
+            "CHIME_ADMIN_TOKEN_FILE": str(token_file),
         })
         environment.update(env or {})
         self._log = open(self.log_path, "wb")
@@ -84,7 +91,8 @@ class Chimed:
         def send() -> Tuple[int, Any]:
             data = None if body is None else json.dumps(body).encode()
             request = urllib.request.Request(self.base + path, data=data, method=method,
-                                             headers={"content-type": "application/json"})
+                                             headers={"content-type": "application/json",
+                                                      "authorization": f"Bearer {self.token}"})
             try:
                 with urllib.request.urlopen(request, timeout=10) as response:
                     raw = response.read()
@@ -98,7 +106,9 @@ class Chimed:
     async def metric(self, name: str) -> Optional[float]:
         """The value of the sample ``name`` (with its labels, if any) on ``/metrics``."""
         def scrape() -> str:
-            with urllib.request.urlopen(self.base + "/metrics", timeout=10) as response:
+            request = urllib.request.Request(self.base + "/metrics",
+                                             headers={"authorization": f"Bearer {self.token}"})
+            with urllib.request.urlopen(request, timeout=10) as response:
                 return response.read().decode()  # type: ignore[no-any-return]
 
         text = await asyncio.get_running_loop().run_in_executor(None, scrape)

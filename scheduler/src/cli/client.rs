@@ -132,10 +132,7 @@ impl Client {
         body: &Value,
         version: Option<i64>,
     ) -> Result<T, ClientError> {
-        let mut request = self
-            .http
-            .request(Method::PATCH, format!("{}{path}", self.base))
-            .json(body);
+        let mut request = self.request(Method::PATCH, path).json(body);
         if let Some(version) = version {
             request = request.header(reqwest::header::IF_MATCH, format!("\"{version}\""));
         }
@@ -148,22 +145,28 @@ impl Client {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<T, ClientError> {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        let mut request = self.request(method, path);
         if let Some(body) = body {
             request = request.json(body);
         }
         self.exchange(request).await
     }
 
+    /// A request for `method path`, carrying the token if there is one.
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
     /// Sends `request` and reads the answer: the decoded body, the API's error, or what
     /// went wrong on the way.
     async fn exchange<T: DeserializeOwned>(
         &self,
-        mut request: reqwest::RequestBuilder,
+        request: reqwest::RequestBuilder,
     ) -> Result<T, ClientError> {
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
         let response = request.send().await.map_err(|e| self.transport(&e))?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| self.transport(&e))?;
@@ -252,8 +255,7 @@ impl Client {
         jobs: &[Value],
     ) -> Result<Result<JobBatchResponse, BatchRefused>, ClientError> {
         let request = self
-            .http
-            .post(format!("{}/v1/jobs/batch", self.base))
+            .request(Method::POST, "/v1/jobs/batch")
             .json(&serde_json::json!({ "jobs": jobs }));
         let response = request.send().await.map_err(|e| self.transport(&e))?;
         let status = response.status();

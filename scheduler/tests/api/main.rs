@@ -4,6 +4,7 @@
 //!
 //! Test names say the route and the case.
 
+mod access;
 mod batch;
 mod cluster_health;
 mod dlq;

@@ -340,6 +340,7 @@ async fn a_change_whose_client_gave_up_is_carried_through() {
         .unwrap();
     let gave_up = impatient
         .post(format!("{}/v1/jobs/{id}/pause", api.base()))
+        .bearer_auth(api.token().expect("the harness's token"))
         .send()
         .await;
     assert!(gave_up.is_err(), "the pause could not answer within 0.5 s");
