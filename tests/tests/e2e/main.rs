@@ -25,3 +25,4 @@ mod restart;
 mod routing;
 mod secrets;
 mod support;
+mod tokens;
