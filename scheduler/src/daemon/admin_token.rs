@@ -44,20 +44,36 @@ pub fn load_or_create(path: &Path) -> anyhow::Result<String> {
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let secret = new_secret();
-            let mut file = std::fs::OpenOptions::new()
+            // Written whole to a file of our own, then linked into place: nodes started
+            // together in one directory never read a half-written token, and the one
+            // that links second reads the first one's.
+            let staging = path.with_extension(format!("new-{:016x}", rand::random::<u64>()));
+            let _ = std::fs::remove_file(&staging);
+            let written = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(path)
-                .with_context(|| format!("creating admin_token_file {}", path.display()))?;
-            file.write_all(format!("{secret}\n").as_bytes())
-                .and_then(|()| file.sync_all())
-                .with_context(|| format!("writing admin_token_file {}", path.display()))?;
-            info!(
-                path = %path.display(),
-                "wrote a new admin token (mode 0600); chimectl reads it from there"
-            );
-            Ok(secret)
+                .open(&staging)
+                .and_then(|mut file| {
+                    file.write_all(format!("{secret}\n").as_bytes())?;
+                    file.sync_all()
+                });
+            let linked = written.and_then(|()| std::fs::hard_link(&staging, path));
+            let _ = std::fs::remove_file(&staging);
+            match linked {
+                Ok(()) => {
+                    info!(
+                        path = %path.display(),
+                        "wrote a new admin token (mode 0600); chimectl reads it from there"
+                    );
+                    Ok(secret)
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                    load_or_create(path)
+                }
+                Err(error) => Err(error)
+                    .with_context(|| format!("writing admin_token_file {}", path.display())),
+            }
         }
         Err(error) => {
             Err(error).with_context(|| format!("reading admin_token_file {}", path.display()))
@@ -78,6 +94,15 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert_eq!(load_or_create(&path).unwrap(), first);
+        // Nodes starting together in one directory agree on one token.
+        let shared = dir.join("shared.token");
+        let tokens: Vec<String> = std::thread::scope(|scope| {
+            let starts: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| load_or_create(&shared).unwrap()))
+                .collect();
+            starts.into_iter().map(|s| s.join().unwrap()).collect()
+        });
+        assert!(tokens.iter().all(|t| *t == tokens[0]), "{tokens:?}");
         std::fs::write(&path, "short\n").unwrap();
         let refused = load_or_create(&path).unwrap_err().to_string();
         assert!(refused.contains("at least 32"), "{refused}");
