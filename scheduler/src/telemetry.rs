@@ -171,6 +171,9 @@ pub const HTTP_PANICS: &str = "chime_http_panics_total";
 pub const HTTP_CONNECTIONS_CLOSED: &str = "chime_http_connections_closed_total";
 /// Open HTTP API connections.
 pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
+/// Changes of the HTTPS certificate files, by `outcome` (`loaded`, or `rejected`: the
+/// previous certificate keeps serving).
+pub const HTTP_TLS_RELOADS: &str = "chime_http_tls_reloads_total";
 
 pub use existence_checks::ExistenceCheckFilter;
 
@@ -397,4 +400,8 @@ fn describe() {
         "HTTP connections the server closed itself, by reason."
     );
     describe_gauge!(HTTP_CONNECTIONS, "Open HTTP API connections.");
+    describe_counter!(
+        HTTP_TLS_RELOADS,
+        "Changes of the HTTPS certificate files, by outcome (loaded or rejected)."
+    );
 }

@@ -42,6 +42,10 @@ pub struct Cli {
         default_value = "http://127.0.0.1:8080"
     )]
     pub server: String,
+    /// PEM file of the CA(s) that issued chimed's HTTPS certificate: only these are
+    /// trusted then (the system's roots otherwise).
+    #[arg(long, global = true, env = "CHIME_CA_FILE", value_name = "FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -171,7 +175,7 @@ pub async fn run_with(
         clap_complete::generate(shell, &mut Cli::command(), "chimectl", out);
         return Ok(());
     }
-    let client = Client::new(&cli.server)?;
+    let client = Client::with_ca_file(&cli.server, cli.ca_file.as_deref())?;
     let json = cli.json;
     match cli.command {
         Command::Completions { .. } => unreachable!("answered above"),

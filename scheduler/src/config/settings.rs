@@ -49,6 +49,18 @@ pub const SETTINGS: &[Setting] = &[
         doc: "API connections served at once; more wait in the kernel's accept queue until one closes; 1 to 65536",
     },
     Setting {
+        key: "http_tls_cert_file",
+        env: "CHIME_HTTP_TLS_CERT_FILE",
+        default: "",
+        doc: "PEM certificate chain (the server's certificate first) to serve the API, /metrics and health checks over HTTPS on http_addr, with http_tls_key_file (both or neither; unset: plain HTTP); a changed file is picked up within seconds, without a restart",
+    },
+    Setting {
+        key: "http_tls_key_file",
+        env: "CHIME_HTTP_TLS_KEY_FILE",
+        default: "",
+        doc: "PEM private key (PKCS#8, PKCS#1 or SEC1) of http_tls_cert_file's certificate; reloaded with it",
+    },
+    Setting {
         key: "payload_limit",
         env: "CHIME_PAYLOAD_LIMIT",
         default: "256KiB",
