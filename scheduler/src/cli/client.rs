@@ -545,6 +545,69 @@ mod tests {
     }
 
     #[test]
+    fn a_ca_file_that_is_missing_or_not_pem_is_named() {
+        let dir = std::env::temp_dir().join(format!("chime-ca-{}", Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.crt");
+        let error = Client::with_ca_file("https://127.0.0.1:8443", Some(&missing))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!(
+                "cannot use the CA file {} (--ca-file or CHIME_CA_FILE): ",
+                missing.display()
+            )),
+            "{error}"
+        );
+        let text = dir.join("text.crt");
+        std::fs::write(&text, "not a certificate\n").unwrap();
+        let error = Client::with_ca_file("https://127.0.0.1:8443", Some(&text))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("holds no PEM certificate"), "{error}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn certificate_failures_say_what_to_do() {
+        use rustls::CertificateError;
+        let server = || "https://chimed:8443".to_string();
+        let unknown = tls_failure(
+            server(),
+            &rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
+        )
+        .to_string();
+        assert!(
+            unknown.starts_with("certificate not trusted: https://chimed:8443 presented")
+                && unknown.contains("use --ca-file FILE (or CHIME_CA_FILE)"),
+            "{unknown}"
+        );
+        let name = tls_failure(
+            server(),
+            &rustls::Error::InvalidCertificate(CertificateError::NotValidForName),
+        )
+        .to_string();
+        assert!(
+            name.contains("does not name the host in --server"),
+            "{name}"
+        );
+        let expired = tls_failure(
+            server(),
+            &rustls::Error::InvalidCertificate(CertificateError::Expired),
+        )
+        .to_string();
+        assert!(expired.contains("has expired"), "{expired}");
+        // The rustls error inside an io::Error inside another error is found.
+        let wrapped = std::io::Error::other(rustls::Error::InvalidCertificate(
+            CertificateError::UnknownIssuer,
+        ));
+        assert!(matches!(
+            tls_error(&wrapped),
+            Some(rustls::Error::InvalidCertificate(_))
+        ));
+    }
+
+    #[test]
     fn path_segments_are_encoded() {
         assert_eq!(segment("chime.group.a-b_c.dlq"), "chime.group.a-b_c.dlq");
         assert_eq!(segment("a/b?c d"), "a%2Fb%3Fc%20d");
