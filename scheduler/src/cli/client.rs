@@ -111,7 +111,9 @@ impl Client {
     /// roots. A certificate that does not verify is an error, never a fallback.
     pub fn with_ca_file(base: &str, ca_file: Option<&Path>) -> Result<Self, ClientError> {
         let base = check_server(base)?;
-        crate::daemon::tls::install_crypto_provider();
+        // reqwest builds its TLS set-up with the process's rustls provider: ring, the
+        // only one compiled in (an error means one is installed already).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder().timeout(REQUEST_TIMEOUT);
         if let Some(path) = ca_file {
             builder = builder.tls_certs_only(read_ca_file(path)?);
