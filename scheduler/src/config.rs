@@ -10,13 +10,18 @@ pub mod urls;
 pub use settings::{SETTINGS, Setting};
 
 use crate::{
-    cluster::ClusterSettings, daemon::http::HttpSettings, dispatch::ObserverCopies,
+    cluster::ClusterSettings,
+    daemon::{
+        http::HttpSettings,
+        tls::{MissingTlsSetting, TlsFiles},
+    },
+    dispatch::ObserverCopies,
     domain::duration::HumanDuration,
 };
 pub use crate::{dispatch::MIN_REPUBLISH_AFTER, telemetry::LogFormat};
 
 /// `chimed`'s configuration. Each field is the setting of the same name in [`SETTINGS`]
-/// (two settings make up `http` and three `cluster`), which gives its default,
+/// (two settings make up `http`, two `http_tls` and three `cluster`), which gives its default,
 /// environment variable and meaning; [`Config::default`] is every default.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -33,6 +38,9 @@ pub struct Config {
     pub admin_token_file: Option<std::path::PathBuf>,
     /// `metrics_auth`: whether `/metrics` needs a token.
     pub metrics_need_token: bool,
+    /// `http_tls_cert_file` and `http_tls_key_file`: serve the API over HTTPS with this
+    /// certificate and key; `None` (both unset) serves plain HTTP.
+    pub http_tls: Option<TlsFiles>,
     /// `payload_limit`: largest job payload in bytes of JSON.
     pub payload_limit: usize,
     /// `lookahead`: the timer's look-ahead window.
@@ -260,6 +268,14 @@ impl Layers {
                 "token" => Ok(true),
                 "open" => Ok(false),
                 _ => Err("use token or open".to_string()),
+            })?,
+            http_tls: TlsFiles::from_settings(
+                parse("http_tls_cert_file").value,
+                parse("http_tls_key_file").value,
+            )
+            .map_err(|missing| match missing {
+                MissingTlsSetting::Key => parse("http_tls_cert_file").invalid(missing.to_string()),
+                MissingTlsSetting::Cert => parse("http_tls_key_file").invalid(missing.to_string()),
             })?,
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,

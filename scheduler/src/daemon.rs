@@ -6,6 +6,7 @@
 mod admin_token;
 pub mod args;
 pub mod http;
+pub mod tls;
 
 use std::{future::Future, sync::Arc};
 
@@ -44,6 +45,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         commit = crate::GIT_COMMIT,
         "chimed starting"
     );
+    // A certificate that does not load stops chimed before it touches anything else.
+    let tls = match &config.http_tls {
+        Some(files) => Some(
+            tls::ServerTls::load(files.clone()).context("loading the API's HTTPS certificate")?,
+        ),
+        None => None,
+    };
     let backend = store::open_backend(&config.database_url, config.shard_count)
         .await
         .map_err(|error| {
@@ -237,15 +245,32 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     // Every node prunes: the batches are small and skip rows another node is deleting.
     let pruner = supervise("pruner", pruner.run(intake.clone()), &intake, &fatal);
     let http_stop = intake.clone();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let acceptor = tls.as_ref().map(tls::ServerTls::acceptor);
     let http = supervise(
         "http server",
         async move {
-            http::serve(listener, api::router(state), config.http, http_stop).await;
+            http::serve_with_tls(
+                listener,
+                api::router(state),
+                config.http,
+                acceptor,
+                http_stop,
+            )
+            .await;
         },
         &intake,
         &fatal,
     );
-    info!(http = %config.http_addr, "chimed started");
+    let certificates = tls.map(|tls| {
+        supervise(
+            "https certificate reloader",
+            tls.watch(intake.clone()),
+            &intake,
+            &fatal,
+        )
+    });
+    info!(http = %config.http_addr, scheme, "chimed started");
 
     tokio::select! {
         () = shutdown => info!("shutting down: no new fires"),
@@ -253,6 +278,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     intake.cancel();
     let _ = tokio::join!(timer, reconciler, pruner, notices, sampler, http);
+    if let Some(certificates) = certificates {
+        let _ = certificates.await;
+    }
     info!("confirming in-flight publishes");
     drain.cancel();
     let _ = dispatcher.await;

@@ -173,6 +173,9 @@ pub const HTTP_CONNECTIONS_CLOSED: &str = "chime_http_connections_closed_total";
 pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
 /// API requests refused 401 (no token, a malformed header, an unknown or revoked token).
 pub const HTTP_UNAUTHENTICATED: &str = "chime_http_unauthenticated_total";
+/// Changes of the HTTPS certificate files, by `outcome` (`loaded`, or `rejected`: the
+/// previous certificate keeps serving).
+pub const HTTP_TLS_RELOADS: &str = "chime_http_tls_reloads_total";
 
 pub use existence_checks::ExistenceCheckFilter;
 
@@ -402,5 +405,9 @@ fn describe() {
     describe_counter!(
         HTTP_UNAUTHENTICATED,
         "API requests refused 401: no token, a malformed header, or an unknown or revoked token."
+    );
+    describe_counter!(
+        HTTP_TLS_RELOADS,
+        "Changes of the HTTPS certificate files, by outcome (loaded or rejected)."
     );
 }

@@ -15,9 +15,16 @@ pub struct Api {
 impl Api {
     /// A client of `base` (`http://host:port`).
     pub fn new(base: impl Into<String>) -> Self {
+        // reqwest builds its TLS set-up with the process's rustls provider (ring).
+        chime_scheduler::daemon::tls::install_crypto_provider();
+        Self::with_client(base, reqwest::Client::new())
+    }
+
+    /// A client of `base` through `http` (e.g. one that trusts a test CA for `https://`).
+    pub fn with_client(base: impl Into<String>, http: reqwest::Client) -> Self {
         Self {
             base: base.into(),
-            http: reqwest::Client::new(),
+            http,
             token: None,
         }
     }

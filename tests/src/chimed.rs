@@ -26,6 +26,32 @@ pub struct ChimedConfig {
     pub admin_token: String,
     /// That file (written before chimed starts, mode 0600).
     pub admin_token_file: PathBuf,
+    /// Serve the API over HTTPS with these files.
+    pub https: Option<HttpsFiles>,
+}
+
+/// The certificate, key and issuing CA of a chimed serving HTTPS.
+#[derive(Debug, Clone)]
+pub struct HttpsFiles {
+    /// `CHIME_HTTP_TLS_CERT_FILE`.
+    pub cert: PathBuf,
+    /// `CHIME_HTTP_TLS_KEY_FILE`.
+    pub key: PathBuf,
+    /// The CA the harness's client trusts (and nothing else).
+    pub ca: PathBuf,
+}
+
+impl HttpsFiles {
+    /// A client that trusts only `ca` (PEM).
+    pub fn client_trusting(ca: &std::path::Path) -> reqwest::Client {
+        chime_scheduler::daemon::tls::install_crypto_provider();
+        let pem = std::fs::read(ca).expect("read the CA certificate");
+        let certs = reqwest::Certificate::from_pem_bundle(&pem).expect("a PEM CA certificate");
+        reqwest::Client::builder()
+            .tls_certs_only(certs)
+            .build()
+            .expect("an HTTPS client")
+    }
 }
 
 impl ChimedConfig {
@@ -48,7 +74,25 @@ impl ChimedConfig {
             log_to_file: false,
             admin_token,
             admin_token_file,
+            https: None,
         }
+    }
+
+    /// Serves the API over HTTPS with `cert` and `key` (the harness's client trusts only
+    /// `ca`, and reaches chimed at `https://127.0.0.1:PORT`: the certificate must name
+    /// that address).
+    pub fn https(
+        mut self,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+    ) -> Self {
+        self.https = Some(HttpsFiles {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            ca: ca.to_path_buf(),
+        });
+        self
     }
 
     /// Writes the log to its file even with `TEST_LOG`, for a test that reads it.
@@ -89,8 +133,7 @@ impl Chimed {
         let mut command = Self::command(&config, port);
         log_to_file(&mut command, &log);
         let child = command.spawn().expect("start chimed");
-        let api =
-            Api::new(format!("http://127.0.0.1:{port}")).with_token(Some(&config.admin_token));
+        let api = api_of(&config, port).with_token(Some(&config.admin_token));
         Self {
             child,
             config,
@@ -109,8 +152,7 @@ impl Chimed {
             attach_output(&mut command, &log);
         }
         let child = command.spawn().expect("start chimed");
-        let api =
-            Api::new(format!("http://127.0.0.1:{port}")).with_token(Some(&config.admin_token));
+        let api = api_of(&config, port).with_token(Some(&config.admin_token));
         let chimed = Self {
             child,
             config,
@@ -124,6 +166,7 @@ impl Chimed {
 
     async fn wait_ready(&self) {
         let api = self.api.clone();
+        let client = client_of(&self.config);
         let log = self.log.clone();
         wait::until(
             &format!(
@@ -134,8 +177,9 @@ impl Chimed {
             Duration::from_secs(30),
             || {
                 let api = api.clone();
+                let client = client.clone();
                 async move {
-                    let response = reqwest::Client::new()
+                    let response = client
                         .request(Method::GET, format!("{}/readyz", api.base()))
                         .send()
                         .await
@@ -213,6 +257,11 @@ impl Chimed {
             .env("CHIME_ADMIN_TOKEN_FILE", &config.admin_token_file)
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .kill_on_drop(true);
+        if let Some(https) = &config.https {
+            command
+                .env("CHIME_HTTP_TLS_CERT_FILE", &https.cert)
+                .env("CHIME_HTTP_TLS_KEY_FILE", &https.key);
+        }
         command
     }
 
@@ -234,6 +283,28 @@ impl Chimed {
     /// Its process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+}
+
+/// The API client of a chimed started with `config` on `port`: `https://` with a client
+/// trusting the test CA when it serves HTTPS.
+fn api_of(config: &ChimedConfig, port: u16) -> Api {
+    let scheme = if config.https.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    Api::with_client(format!("{scheme}://127.0.0.1:{port}"), client_of(config))
+}
+
+/// An HTTP client for a chimed started with `config`.
+fn client_of(config: &ChimedConfig) -> reqwest::Client {
+    match &config.https {
+        Some(https) => HttpsFiles::client_trusting(&https.ca),
+        None => {
+            chime_scheduler::daemon::tls::install_crypto_provider();
+            reqwest::Client::new()
+        }
     }
 }
 

@@ -1,4 +1,7 @@
-//! A small typed client of chimed's HTTP API.
+//! A small typed client of chimed's HTTP API, over HTTP or HTTPS (rustls, trusting the
+//! system's roots or only the CAs of `--ca-file`).
+
+use std::path::Path;
 
 use reqwest::{Method, StatusCode};
 use serde::{Serialize, de::DeserializeOwned};
@@ -52,6 +55,24 @@ pub enum ClientError {
         /// What it answered.
         what: String,
     },
+    /// The `--ca-file` cannot be used.
+    #[error("cannot use the CA file {path} (--ca-file or CHIME_CA_FILE): {reason}")]
+    CaFile {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server's certificate did not verify: nothing was sent.
+    #[error("certificate not trusted: {server} presented a certificate {reason}; {hint}")]
+    Untrusted {
+        /// The server.
+        server: String,
+        /// What is wrong with the certificate.
+        reason: String,
+        /// What to do about it.
+        hint: &'static str,
+    },
     /// No job matches the name.
     #[error("no job named {0:?} (give a job id, app/name, or a name in app \"default\")")]
     UnknownJob(String),
@@ -81,16 +102,28 @@ pub struct Client {
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Client {
-    /// A client of the server at `base` (e.g. `http://127.0.0.1:8080`).
+    /// A client of the server at `base` (e.g. `http://127.0.0.1:8080`); over `https://` it
+    /// trusts the system's root certificates.
     pub fn new(base: &str) -> Result<Self, ClientError> {
+        Self::with_ca_file(base, None)
+    }
+
+    /// A client of the server at `base` that, given `ca_file` (PEM, one or more CA
+    /// certificates), trusts only those CAs for `https://`; without it, the system's
+    /// roots. A certificate that does not verify is an error, never a fallback.
+    pub fn with_ca_file(base: &str, ca_file: Option<&Path>) -> Result<Self, ClientError> {
         let base = check_server(base)?;
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| ClientError::Transport {
-                server: base.clone(),
-                reason: e.to_string(),
-            })?;
+        // reqwest builds its TLS set-up with the process's rustls provider: ring, the
+        // only one compiled in (an error means one is installed already).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = reqwest::Client::builder().timeout(REQUEST_TIMEOUT);
+        if let Some(path) = ca_file {
+            builder = builder.tls_certs_only(read_ca_file(path)?);
+        }
+        let http = builder.build().map_err(|e| ClientError::Transport {
+            server: base.clone(),
+            reason: e.to_string(),
+        })?;
         Ok(Self {
             base,
             http,
@@ -190,8 +223,17 @@ impl Client {
         if error.is_connect() && io_kind(error) == Some(std::io::ErrorKind::ConnectionRefused) {
             return ClientError::Refused { server };
         }
+        if let Some(tls) = tls_error(error) {
+            return tls_failure(server, tls);
+        }
         let reason = if error.is_timeout() {
             format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())
+        } else if server.starts_with("http://") && !error.is_connect() {
+            // An HTTPS listener answers a plain request with a TLS alert or not at all.
+            format!(
+                "{} (if chimed serves HTTPS, write https:// in --server)",
+                root_cause(error)
+            )
         } else {
             root_cause(error)
         };
@@ -341,6 +383,81 @@ fn check_server(server: &str) -> Result<String, ClientError> {
     Ok(server.to_string())
 }
 
+/// The CA certificates in the PEM file `path`.
+fn read_ca_file(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    let failed = |reason: String| ClientError::CaFile {
+        path: path.display().to_string(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|_| failed("not a PEM certificate bundle".to_string()))?;
+    if certs.is_empty() {
+        return Err(failed(
+            "holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_string(),
+        ));
+    }
+    Ok(certs)
+}
+
+/// The rustls error somewhere in `error`'s chain (an I/O error carries it inside).
+fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        // An io::Error's source() skips the error it wraps: look at that one too.
+        if let Some(inner) = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| tls_error(inner))
+        {
+            return Some(inner);
+        }
+        source = error.source();
+    }
+    None
+}
+
+/// What a failed TLS handshake with `server` means to the user.
+fn tls_failure(server: String, error: &rustls::Error) -> ClientError {
+    use rustls::CertificateError as Cert;
+    let untrusted = |reason: String, hint| ClientError::Untrusted {
+        server: server.clone(),
+        reason,
+        hint,
+    };
+    match error {
+        rustls::Error::InvalidCertificate(
+            Cert::NotValidForName | Cert::NotValidForNameContext { .. },
+        ) => untrusted(
+            "that does not name the host in --server".to_string(),
+            "use a host name (or IP address) the certificate was issued for",
+        ),
+        rustls::Error::InvalidCertificate(
+            Cert::Expired | Cert::ExpiredContext { .. } | Cert::NotValidYet | Cert::NotValidYetContext { .. },
+        ) => untrusted(
+            "that has expired or is not valid yet".to_string(),
+            "renew chimed's certificate (or check the clocks)",
+        ),
+        rustls::Error::InvalidCertificate(other) => untrusted(
+            format!("not issued by a CA chimectl trusts ({other:?})"),
+            "use --ca-file FILE (or CHIME_CA_FILE) with the certificate of the CA that issued it",
+        ),
+        rustls::Error::InvalidMessage(_) => {
+            ClientError::Transport {
+                server,
+                reason: "the server does not speak TLS (if chimed serves plain HTTP, write http:// in --server)".to_string(),
+            }
+        }
+        other => ClientError::Transport {
+            server,
+            reason: format!("TLS handshake failed: {other}"),
+        },
+    }
+}
+
 /// The API error in a non-2xx answer, or [`ClientError::NotChimed`] when the body is not
 /// one (another HTTP server answered).
 fn api_error(server: &str, status: StatusCode, body: &[u8]) -> ClientError {
@@ -451,6 +568,69 @@ mod tests {
                 && !text.contains("error sending request"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_ca_file_that_is_missing_or_not_pem_is_named() {
+        let dir = std::env::temp_dir().join(format!("chime-ca-{}", Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.crt");
+        let error = Client::with_ca_file("https://127.0.0.1:8443", Some(&missing))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!(
+                "cannot use the CA file {} (--ca-file or CHIME_CA_FILE): ",
+                missing.display()
+            )),
+            "{error}"
+        );
+        let text = dir.join("text.crt");
+        std::fs::write(&text, "not a certificate\n").unwrap();
+        let error = Client::with_ca_file("https://127.0.0.1:8443", Some(&text))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("holds no PEM certificate"), "{error}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn certificate_failures_say_what_to_do() {
+        use rustls::CertificateError;
+        let server = || "https://chimed:8443".to_string();
+        let unknown = tls_failure(
+            server(),
+            &rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
+        )
+        .to_string();
+        assert!(
+            unknown.starts_with("certificate not trusted: https://chimed:8443 presented")
+                && unknown.contains("use --ca-file FILE (or CHIME_CA_FILE)"),
+            "{unknown}"
+        );
+        let name = tls_failure(
+            server(),
+            &rustls::Error::InvalidCertificate(CertificateError::NotValidForName),
+        )
+        .to_string();
+        assert!(
+            name.contains("does not name the host in --server"),
+            "{name}"
+        );
+        let expired = tls_failure(
+            server(),
+            &rustls::Error::InvalidCertificate(CertificateError::Expired),
+        )
+        .to_string();
+        assert!(expired.contains("has expired"), "{expired}");
+        // The rustls error inside an io::Error inside another error is found.
+        let wrapped = std::io::Error::other(rustls::Error::InvalidCertificate(
+            CertificateError::UnknownIssuer,
+        ));
+        assert!(matches!(
+            tls_error(&wrapped),
+            Some(rustls::Error::InvalidCertificate(_))
+        ));
     }
 
     #[test]

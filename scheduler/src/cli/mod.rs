@@ -47,6 +47,10 @@ pub struct Cli {
     /// ./chime-admin.token when it exists).
     #[arg(long, global = true, env = "CHIME_TOKEN_FILE")]
     pub token_file: Option<std::path::PathBuf>,
+    /// PEM file of the CA(s) that issued chimed's HTTPS certificate: only these are
+    /// trusted then (the system's roots otherwise).
+    #[arg(long, global = true, env = "CHIME_CA_FILE", value_name = "FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
     /// Print the API's JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -181,7 +185,7 @@ pub async fn run_with(
     }
     let token =
         tokens::resolve_token(cli.token_file.as_deref(), std::env::var("CHIME_TOKEN").ok())?;
-    let client = Client::new(&cli.server)?.with_token(token);
+    let client = Client::with_ca_file(&cli.server, cli.ca_file.as_deref())?.with_token(token);
     let json = cli.json;
     match cli.command {
         Command::Completions { .. } => unreachable!("answered above"),

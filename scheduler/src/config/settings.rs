@@ -61,6 +61,18 @@ pub const SETTINGS: &[Setting] = &[
         doc: "whether /metrics needs an API token (token: any role) or answers anyone who can reach the port (open)",
     },
     Setting {
+        key: "http_tls_cert_file",
+        env: "CHIME_HTTP_TLS_CERT_FILE",
+        default: "",
+        doc: "PEM certificate chain (the server's certificate first) to serve the API, /metrics and health checks over HTTPS on http_addr, with http_tls_key_file (both or neither; unset: plain HTTP); a changed file is picked up within seconds, without a restart",
+    },
+    Setting {
+        key: "http_tls_key_file",
+        env: "CHIME_HTTP_TLS_KEY_FILE",
+        default: "",
+        doc: "PEM private key (PKCS#8, PKCS#1 or SEC1) of http_tls_cert_file's certificate; reloaded with it",
+    },
+    Setting {
         key: "payload_limit",
         env: "CHIME_PAYLOAD_LIMIT",
         default: "256KiB",

@@ -1,7 +1,8 @@
 //! The HTTP API's listener: accepts connections up to a limit, serves each with hyper's
 //! HTTP/1 server under a header-read timeout, and stops gracefully.
 //!
-//! Usage: [`serve`] with the router, the settings and a stop token.
+//! Usage: [`serve`] with the router, the settings and a stop token; [`serve_with_tls`]
+//! with the TLS acceptor too when the API is served over HTTPS (see [`super::tls`]).
 //!
 //! Options ([`HttpSettings`], from `http_header_timeout` and `http_max_connections`):
 //! - A connection must deliver a request's complete headers within `header_timeout` of
@@ -16,8 +17,12 @@
 //!   header, too many or too large headers, a too-long target) get the API's JSON error
 //!   body too: see [`JsonParseErrors`].
 //!
+//! - Over HTTPS, a connection's TLS handshake runs in the connection's own task under the
+//!   same `header_timeout`, so a client that never finishes it cannot hold a connection
+//!   slot, and one that fails it never stops the accept loop.
+//!
 //! Metrics: `chime_http_connections` (open connections),
-//! `chime_http_connections_closed_total{reason="header_timeout"}`.
+//! `chime_http_connections_closed_total{reason="header_timeout"|"tls_handshake_timeout"|"tls_handshake_failed"}`.
 
 use std::{
     io,
@@ -35,9 +40,10 @@ use hyper_util::{
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::TcpListener,
+    net::{TcpListener, TcpStream},
     sync::Semaphore,
 };
+use tokio_rustls::TlsAcceptor;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{debug, warn};
 
@@ -69,12 +75,25 @@ impl Default for HttpSettings {
     }
 }
 
-/// Serves `router` on `listener` until `stop` is cancelled, then lets requests in
-/// progress finish (idle connections close at once) for up to [`SHUTDOWN_GRACE`].
+/// Serves `router` on `listener` in plain HTTP until `stop` is cancelled, then lets
+/// requests in progress finish (idle connections close at once) for up to
+/// [`SHUTDOWN_GRACE`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: HttpSettings,
+    stop: CancellationToken,
+) {
+    serve_with_tls(listener, router, settings, None, stop).await;
+}
+
+/// [`serve`], over TLS when `tls` is given: each connection's handshake runs under
+/// `settings.header_timeout` before its first request.
+pub async fn serve_with_tls(
+    listener: TcpListener,
+    router: Router,
+    settings: HttpSettings,
+    tls: Option<TlsAcceptor>,
     stop: CancellationToken,
 ) {
     let slots = Arc::new(Semaphore::new(settings.max_connections.max(1)));
@@ -86,6 +105,7 @@ pub async fn serve(
         .max_headers(MAX_HEADERS)
         .max_header_size(MAX_HEADER_BYTES)
         .max_buf_size(MAX_HEADER_BYTES.max(8192) * 2);
+    let builder = Arc::new(builder);
     loop {
         let slot = tokio::select! {
             () = stop.cancelled() => break,
@@ -108,28 +128,25 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let connection = builder.serve_connection(
-            TokioIo::new(JsonParseErrors::new(stream)),
-            TowerToHyperService::new(router.clone()),
-        );
-        let stop = stop.clone();
+        let connection = Connection {
+            builder: builder.clone(),
+            router: router.clone(),
+            stop: stop.clone(),
+        };
+        let tls = tls.clone();
+        let handshake_timeout = settings.header_timeout;
         connections.spawn(async move {
             let _slot = slot;
             let _open = OpenConnection::new();
-            tokio::pin!(connection);
-            let served = tokio::select! {
-                served = connection.as_mut() => served,
-                () = stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
+            match tls {
+                None => connection.serve(stream).await,
+                Some(tls) => {
+                    if let Some(stream) =
+                        handshake(&tls, stream, handshake_timeout, &connection.stop).await
+                    {
+                        connection.serve(stream).await;
+                    }
                 }
-            };
-            if let Err(error) = served {
-                if error.is_timeout() {
-                    metrics::counter!(telemetry::HTTP_CONNECTIONS_CLOSED, "reason" => "header_timeout")
-                        .increment(1);
-                }
-                debug!(%error, "http connection ended with an error");
             }
         });
     }
@@ -142,6 +159,68 @@ pub async fn serve(
             open = connections.len(),
             "http requests still in progress at shutdown; leaving them"
         );
+    }
+}
+
+/// Runs a new connection's TLS handshake for at most `timeout` (or until `stop`): the
+/// encrypted stream, or `None` when it failed, stalled or chimed is stopping.
+async fn handshake(
+    tls: &TlsAcceptor,
+    stream: TcpStream,
+    timeout: Duration,
+    stop: &CancellationToken,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let outcome = tokio::select! {
+        () = stop.cancelled() => return None,
+        outcome = tokio::time::timeout(timeout, tls.accept(stream)) => outcome,
+    };
+    let reason = match outcome {
+        Ok(Ok(stream)) => return Some(stream),
+        Ok(Err(error)) => {
+            // Scanners, plain-HTTP clients and clients that do not trust the
+            // certificate all end here: routine, so not above debug.
+            debug!(%error, "https handshake failed");
+            "tls_handshake_failed"
+        }
+        Err(_) => "tls_handshake_timeout",
+    };
+    metrics::counter!(telemetry::HTTP_CONNECTIONS_CLOSED, "reason" => reason).increment(1);
+    None
+}
+
+/// What serving one connection needs.
+struct Connection {
+    builder: Arc<http1::Builder>,
+    router: Router,
+    stop: CancellationToken,
+}
+
+impl Connection {
+    /// Serves HTTP/1 on `stream` until the client closes it, a timeout closes it, or
+    /// `stop` asks for a graceful end.
+    async fn serve<S>(self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let connection = self.builder.serve_connection(
+            TokioIo::new(JsonParseErrors::new(stream)),
+            TowerToHyperService::new(self.router),
+        );
+        tokio::pin!(connection);
+        let served = tokio::select! {
+            served = connection.as_mut() => served,
+            () = self.stop.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = served {
+            if error.is_timeout() {
+                metrics::counter!(telemetry::HTTP_CONNECTIONS_CLOSED, "reason" => "header_timeout")
+                    .increment(1);
+            }
+            debug!(%error, "http connection ended with an error");
+        }
     }
 }
 

@@ -48,6 +48,7 @@ async fn jobs_over_a_real_listener_round_trip_and_http_errors_are_json() {
         stop.clone(),
     ));
     let base = format!("http://{addr}");
+    chime_scheduler::daemon::tls::install_crypto_provider();
     // Without a token: 401 in the API's JSON, with the scheme to use.
     let anonymous = reqwest::Client::new()
         .get(format!("{base}/v1/jobs"))

@@ -15,6 +15,7 @@ mod dlq_peek;
 mod dlq_tools;
 mod duplicates;
 mod http_edges;
+mod https;
 mod import_cli;
 mod long_names;
 mod no_consumer;
