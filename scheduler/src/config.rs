@@ -41,6 +41,8 @@ pub struct Config {
     /// `http_tls_cert_file` and `http_tls_key_file`: serve the API over HTTPS with this
     /// certificate and key; `None` (both unset) serves plain HTTP.
     pub http_tls: Option<TlsFiles>,
+    /// `app_max_jobs` and `app_max_groups`: per-app quotas.
+    pub quotas: crate::domain::quota::Quotas,
     /// `payload_limit`: largest job payload in bytes of JSON.
     pub payload_limit: usize,
     /// `lookahead`: the timer's look-ahead window.
@@ -277,6 +279,10 @@ impl Layers {
                 MissingTlsSetting::Key => parse("http_tls_cert_file").invalid(missing.to_string()),
                 MissingTlsSetting::Cert => parse("http_tls_key_file").invalid(missing.to_string()),
             })?,
+            quotas: crate::domain::quota::Quotas {
+                max_jobs: parse("app_max_jobs").with(parse_count)?,
+                max_groups: parse("app_max_groups").with(parse_count)?,
+            },
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
             fire_ahead: parse("fire_ahead").duration()?,
@@ -372,6 +378,13 @@ impl Layers {
         )?;
         Ok(config)
     }
+}
+
+/// A whole number of things, 0 meaning no limit.
+fn parse_count(value: &str) -> Result<u64, String> {
+    value
+        .parse::<u64>()
+        .map_err(|_| "use a whole number (0: no limit)".to_string())
 }
 
 struct Parsed<'a> {

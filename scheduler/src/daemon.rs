@@ -146,13 +146,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let state = AppState::new(AppParts {
         tokens: Arc::new(Tokens::new(store.clone(), bootstrap.as_deref())),
         metrics_need_token: config.metrics_need_token,
-        jobs: Arc::new(Jobs::new(
-            store.clone(),
-            ownership.node(),
-            timer_handle.clone(),
-            dispatch.clone(),
-            GroupDeclarer::new(&config.amqp_url),
-        )),
+        jobs: Arc::new(
+            Jobs::new(
+                store.clone(),
+                ownership.node(),
+                timer_handle.clone(),
+                dispatch.clone(),
+                GroupDeclarer::new(&config.amqp_url),
+            )
+            .with_quotas(config.quotas),
+        ),
         runs: Arc::new(Runs::new(store.clone())),
         dead_letters: dead_letters.clone(),
         node: Arc::new(Node::new(

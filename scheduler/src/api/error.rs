@@ -42,6 +42,8 @@ pub enum ErrorCode {
     Unauthorized,
     /// The token's role or apps do not allow this.
     Forbidden,
+    /// The change would take an app over a quota.
+    QuotaExceeded,
     /// No such job, run, token or route.
     NotFound,
     /// The method does not apply to the route.
@@ -69,7 +71,7 @@ impl ErrorCode {
             ErrorCode::UriTooLong => StatusCode::URI_TOO_LONG,
             ErrorCode::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden | ErrorCode::QuotaExceeded => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::DuplicateName | ErrorCode::VersionConflict => StatusCode::CONFLICT,
@@ -208,6 +210,14 @@ impl From<JobsError> for ApiError {
         match e {
             JobsError::NotFound(id) => Self::job_not_found(&id.to_string()),
             JobsError::Denied(denied) => denied.into(),
+            JobsError::Quota(exceeded) => Self::field(
+                ErrorCode::QuotaExceeded,
+                match exceeded {
+                    crate::domain::quota::QuotaExceeded::Jobs { .. } => "app",
+                    crate::domain::quota::QuotaExceeded::Groups { .. } => "target.group",
+                },
+                exceeded.to_string(),
+            ),
             JobsError::Invalid(e) => e.into(),
             JobsError::DuplicateName { app, name } => Self::field(
                 ErrorCode::DuplicateName,

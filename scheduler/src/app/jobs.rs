@@ -58,6 +58,7 @@ use crate::{
         access::{Action, Caller, Denied},
         job::reschedules,
         limits::MAX_BATCH_JOBS,
+        quota::{QuotaExceeded, Quotas},
     },
     store::{JobPage, Store, StoreError, live_since, needs_live_zones},
     telemetry,
@@ -90,6 +91,9 @@ pub enum JobsError {
     /// The caller may not do this (its role, or the job's app).
     #[error(transparent)]
     Denied(#[from] Denied),
+    /// The change would take the app over one of its quotas.
+    #[error(transparent)]
+    Quota(#[from] QuotaExceeded),
     /// The job definition is invalid (for example a cron expression that never fires).
     #[error(transparent)]
     Invalid(#[from] FieldError),
@@ -201,6 +205,8 @@ pub struct Jobs {
     /// Targets (group, zones) this node declared lately: a create or change for one of
     /// them declares nothing again (see `declare_target`).
     declared: std::sync::Mutex<HashMap<QueueTarget, std::time::Instant>>,
+    /// Per-app limits on jobs and groups.
+    quotas: Quotas,
 }
 
 impl Jobs {
@@ -220,7 +226,43 @@ impl Jobs {
             dispatch,
             declarer,
             declared: Default::default(),
+            quotas: Quotas::default(),
         }
+    }
+
+    /// The same service enforcing `quotas` instead of the defaults.
+    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    /// Whether app `app` may gain `new_jobs` jobs targeting `groups`, within its quotas.
+    /// Checked before the write: two changes racing on different nodes may each pass and
+    /// together go over by one, which a quota (a guard against runaway use) allows.
+    async fn check_quotas<'a>(
+        &self,
+        app: &str,
+        new_jobs: u64,
+        groups: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), JobsError> {
+        if new_jobs > 0 && self.quotas.max_jobs > 0 {
+            let jobs = self.store.count_app_jobs(app).await?;
+            self.quotas.check_jobs(app, jobs + new_jobs)?;
+        }
+        if self.quotas.max_groups > 0 {
+            let groups: HashSet<&str> = groups.into_iter().collect();
+            let mut unused = Vec::new();
+            for group in &groups {
+                if !self.store.app_uses_group(app, group).await? {
+                    unused.push(*group);
+                }
+            }
+            if !unused.is_empty() {
+                let used = self.store.app_groups(app).await?.len() as u64;
+                self.quotas.check_groups(app, used + unused.len() as u64)?;
+            }
+        }
+        Ok(())
     }
 
     /// Job `id`.
@@ -256,6 +298,8 @@ impl Jobs {
         caller.check(Action::ChangeJobs, Some(&spec.app))?;
         let now = Utc::now();
         check_one(&spec, now)?;
+        self.check_quotas(&spec.app, 1, [spec.settings.target.group.as_str()])
+            .await?;
         let job = Job::new(spec, now);
         self.store.insert_job(&job).await?;
         self.timer.job_changed(job.id);
@@ -289,6 +333,15 @@ impl Jobs {
         let refused = check_new(specs.iter().enumerate(), now);
         if !refused.is_empty() {
             return Err(BatchError::Items(refused));
+        }
+        let mut by_app: HashMap<&str, (u64, Vec<&str>)> = HashMap::new();
+        for spec in &specs {
+            let entry = by_app.entry(spec.app.as_str()).or_default();
+            entry.0 += 1;
+            entry.1.push(spec.settings.target.group.as_str());
+        }
+        for (app, (jobs, groups)) in by_app {
+            self.check_quotas(app, jobs, groups).await?;
         }
         let jobs: Vec<Job> = specs.into_iter().map(|spec| Job::new(spec, now)).collect();
         let taken = self
@@ -356,6 +409,11 @@ impl Jobs {
                     .map_err(JobsError::from)?;
             }
             let target_changed = spec.settings.target != current.spec.settings.target;
+            if spec.app != current.spec.app || target_changed {
+                let new_jobs = u64::from(spec.app != current.spec.app);
+                self.check_quotas(&spec.app, new_jobs, [spec.settings.target.group.as_str()])
+                    .await?;
+            }
             match self
                 .change(&current, expected.unwrap_or(current.version), spec)
                 .await

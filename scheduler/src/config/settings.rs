@@ -73,6 +73,18 @@ pub const SETTINGS: &[Setting] = &[
         doc: "PEM private key (PKCS#8, PKCS#1 or SEC1) of http_tls_cert_file's certificate; reloaded with it",
     },
     Setting {
+        key: "app_max_jobs",
+        env: "CHIME_APP_MAX_JOBS",
+        default: "1000000",
+        doc: "most jobs one app may have (0: no limit); a create over it is refused 403 quota_exceeded",
+    },
+    Setting {
+        key: "app_max_groups",
+        env: "CHIME_APP_MAX_GROUPS",
+        default: "100",
+        doc: "most distinct consumer groups one app's jobs may target (each is a quorum queue on the broker; 0: no limit); a job for one more is refused 403 quota_exceeded",
+    },
+    Setting {
         key: "payload_limit",
         env: "CHIME_PAYLOAD_LIMIT",
         default: "256KiB",

@@ -11,6 +11,7 @@ pub mod job;
 pub mod limits;
 pub mod misfire;
 pub mod overlap;
+pub mod quota;
 pub mod receipt;
 pub mod retry;
 pub mod run;

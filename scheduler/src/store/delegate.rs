@@ -238,6 +238,22 @@ macro_rules! route_store {
                 retention::prune_observers(&self.$writes, cutoff, limit).await
             }
 
+            async fn count_app_jobs(&self, app: &str) -> Result<u64, $crate::store::StoreError> {
+                jobs::count_app_jobs(&self.$reads, app).await
+            }
+
+            async fn app_uses_group(
+                &self,
+                app: &str,
+                group: &str,
+            ) -> Result<bool, $crate::store::StoreError> {
+                jobs::app_uses_group(&self.$reads, app, group).await
+            }
+
+            async fn app_groups(&self, app: &str) -> Result<Vec<String>, $crate::store::StoreError> {
+                jobs::app_groups(&self.$reads, app).await
+            }
+
             async fn insert_token(
                 &self,
                 token: &$crate::store::StoredToken,

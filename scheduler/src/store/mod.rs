@@ -336,6 +336,15 @@ pub trait Store: Send + Sync + 'static {
     /// are, nothing is stored.
     async fn insert_jobs(&self, jobs: &[Job]) -> Result<Vec<usize>, StoreError>;
 
+    /// How many jobs app `app` has.
+    async fn count_app_jobs(&self, app: &str) -> Result<u64, StoreError>;
+
+    /// Whether a job of app `app` targets group `group`.
+    async fn app_uses_group(&self, app: &str, group: &str) -> Result<bool, StoreError>;
+
+    /// The distinct groups app `app`'s jobs target.
+    async fn app_groups(&self, app: &str) -> Result<Vec<String>, StoreError>;
+
     /// Stores a new API token (its secret's hash only). False when its name is taken
     /// (revoked tokens keep their names).
     async fn insert_token(&self, token: &StoredToken) -> Result<bool, StoreError>;

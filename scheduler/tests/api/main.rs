@@ -12,5 +12,6 @@ mod edges;
 mod jobs;
 mod jobs_service;
 mod listener;
+mod quotas;
 mod runs;
 mod support;

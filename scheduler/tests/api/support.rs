@@ -21,6 +21,7 @@ use chime_scheduler::{
     cluster::{ClusterSettings, DEFAULT_SHARD_COUNT, Ownership},
     dispatch::{Dispatcher, ObserverCopies},
     dlq::DeadLetters,
+    domain::quota::Quotas,
     store::{self, Store},
     telemetry,
     timer::{Timer, TimerSettings},
@@ -90,16 +91,21 @@ impl Answer {
 impl TestApp {
     /// An API with no broker.
     pub async fn new() -> Self {
-        Self::build(NO_BROKER.to_string(), None).await
+        Self::build(NO_BROKER.to_string(), None, Quotas::default()).await
+    }
+
+    /// An API with no broker, enforcing `quotas`.
+    pub async fn with_quotas(quotas: Quotas) -> Self {
+        Self::build(NO_BROKER.to_string(), None, quotas).await
     }
 
     /// An API on the real RabbitMQ, in a fresh virtual host.
     pub async fn with_broker() -> Self {
         let vhost = TestVhost::new();
-        Self::build(vhost.amqp_url(), Some(vhost)).await
+        Self::build(vhost.amqp_url(), Some(vhost), Quotas::default()).await
     }
 
-    async fn build(amqp_url: String, vhost: Option<TestVhost>) -> Self {
+    async fn build(amqp_url: String, vhost: Option<TestVhost>, quotas: Quotas) -> Self {
         let database = TestDatabase::sqlite();
         let backend = store::open_backend(database.url(), DEFAULT_SHARD_COUNT)
             .await
@@ -119,13 +125,16 @@ impl TestApp {
         };
         let (timer_handle, timer) =
             Timer::new(store.clone(), dispatch.clone(), ownership.clone(), settings);
-        let jobs = Arc::new(Jobs::new(
-            store.clone(),
-            ownership.node(),
-            timer_handle,
-            dispatch.clone(),
-            GroupDeclarer::new(&amqp_url),
-        ));
+        let jobs = Arc::new(
+            Jobs::new(
+                store.clone(),
+                ownership.node(),
+                timer_handle,
+                dispatch.clone(),
+                GroupDeclarer::new(&amqp_url),
+            )
+            .with_quotas(quotas),
+        );
         let state = AppState::new(AppParts {
             jobs: jobs.clone(),
             runs: Arc::new(Runs::new(store.clone())),

@@ -188,3 +188,25 @@ pub(super) async fn target_groups_lists_each_group_once(store: &dyn Store) {
     assert!(store.delete_job(jobs[3].id).await.unwrap());
     assert_eq!(store.target_groups().await.unwrap(), ["billing", "orders"]);
 }
+
+pub(super) async fn app_usage_counts_jobs_and_groups(store: &dyn Store) {
+    let now = t("2026-11-21T10:00:00Z");
+    for (name, app, group) in [
+        ("a", "shop", "orders"),
+        ("b", "shop", "mail"),
+        ("c", "shop", "orders"),
+        ("d", "web", "pages"),
+    ] {
+        let mut job = every_second(name, now);
+        job.spec.app = app.into();
+        job.spec.settings.target = Target::group(group);
+        store.insert_job(&job).await.unwrap();
+    }
+    assert_eq!(store.count_app_jobs("shop").await.unwrap(), 3);
+    assert_eq!(store.count_app_jobs("nobody").await.unwrap(), 0);
+    assert!(store.app_uses_group("shop", "mail").await.unwrap());
+    assert!(!store.app_uses_group("shop", "pages").await.unwrap());
+    let mut groups = store.app_groups("shop").await.unwrap();
+    groups.sort();
+    assert_eq!(groups, ["mail", "orders"]);
+}

@@ -232,6 +232,7 @@ store_suite!(
         import::insert_jobs_with_a_taken_name_stores_nothing,
         jobs::job_list_pages_in_creation_order,
         tokens::tokens_round_trip_and_revoke,
+        jobs::app_usage_counts_jobs_and_groups,
         jobs::updates_check_the_version,
         jobs::update_keeps_next_fire_a_fire_advanced,
         jobs::delete_removes_job_and_runs,

@@ -267,3 +267,35 @@ pub(super) async fn insert_jobs(
     tx.commit().await?;
     Ok(Vec::new())
 }
+
+pub(super) async fn count_app_jobs(pool: &PgPool, app: &str) -> Result<u64, StoreError> {
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE app = $1")
+        .bind(app)
+        .fetch_one(pool)
+        .await?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+pub(super) async fn app_uses_group(
+    pool: &PgPool,
+    app: &str,
+    group: &str,
+) -> Result<bool, StoreError> {
+    // Through `jobs_target_group`: the group's jobs, not the app's.
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM jobs WHERE settings->'target'->>'group' = $2 AND app = $1)",
+    )
+    .bind(app)
+    .bind(group)
+    .fetch_one(pool)
+    .await?)
+}
+
+pub(super) async fn app_groups(pool: &PgPool, app: &str) -> Result<Vec<String>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT DISTINCT settings->'target'->>'group' FROM jobs WHERE app = $1")
+            .bind(app)
+            .fetch_all(pool)
+            .await?,
+    )
+}

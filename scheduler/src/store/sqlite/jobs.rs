@@ -237,3 +237,36 @@ pub(super) async fn insert_jobs(
         .filter(|&i| !inserted.contains(jobs[i].id.to_string().as_str()))
         .collect())
 }
+
+pub(super) async fn count_app_jobs(readers: &SqlitePool, app: &str) -> Result<u64, StoreError> {
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE app = ?")
+        .bind(app)
+        .fetch_one(readers)
+        .await?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+pub(super) async fn app_uses_group(
+    readers: &SqlitePool,
+    app: &str,
+    group: &str,
+) -> Result<bool, StoreError> {
+    // Through `jobs_target_group`: the group's jobs, not the app's.
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM jobs
+                        WHERE json_extract(settings, '$.target.group') = ?2 AND app = ?1)",
+    )
+    .bind(app)
+    .bind(group)
+    .fetch_one(readers)
+    .await?)
+}
+
+pub(super) async fn app_groups(readers: &SqlitePool, app: &str) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT DISTINCT json_extract(settings, '$.target.group') FROM jobs WHERE app = ?",
+    )
+    .bind(app)
+    .fetch_all(readers)
+    .await?)
+}
