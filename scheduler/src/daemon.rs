@@ -21,7 +21,7 @@ const DLQ_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 
 use crate::{
     api::{self, AppParts, AppState},
-    app::{Jobs, Node, Runs, Tokens},
+    app::{Audit, Jobs, Node, Runs, Tokens},
     broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{
         DEFAULT_SHARD_COUNT, Membership, Ownership,
@@ -145,6 +145,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     let state = AppState::new(AppParts {
         tokens: Arc::new(Tokens::new(store.clone(), bootstrap.as_deref())),
+        audit: Arc::new(Audit::new(store.clone())),
         metrics_need_token: config.metrics_need_token,
         jobs: Arc::new(
             Jobs::new(

@@ -171,6 +171,10 @@ pub const HTTP_PANICS: &str = "chime_http_panics_total";
 pub const HTTP_CONNECTIONS_CLOSED: &str = "chime_http_connections_closed_total";
 /// Open HTTP API connections.
 pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
+/// Audit entries deleted by retention (older than run_retention).
+pub const AUDIT_PRUNED: &str = "chime_audit_pruned_total";
+/// Audit entries that could not be written (the change they describe stands).
+pub const AUDIT_WRITE_FAILURES: &str = "chime_audit_write_failures_total";
 /// API requests refused 401 (no token, a malformed header, an unknown or revoked token).
 pub const HTTP_UNAUTHENTICATED: &str = "chime_http_unauthenticated_total";
 /// Changes of the HTTPS certificate files, by `outcome` (`loaded`, or `rejected`: the
@@ -402,6 +406,14 @@ fn describe() {
         "HTTP connections the server closed itself, by reason."
     );
     describe_gauge!(HTTP_CONNECTIONS, "Open HTTP API connections.");
+    describe_counter!(
+        AUDIT_PRUNED,
+        "Audit entries deleted by retention (older than run_retention)."
+    );
+    describe_counter!(
+        AUDIT_WRITE_FAILURES,
+        "Audit entries that could not be written; the change they describe stands."
+    );
     describe_counter!(
         HTTP_UNAUTHENTICATED,
         "API requests refused 401: no token, a malformed header, or an unknown or revoked token."

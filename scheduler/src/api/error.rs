@@ -12,7 +12,7 @@ use tracing::error;
 
 use super::dto::RequestError;
 use crate::{
-    app::{AuthError, JobsError, NodeError, RunsError, TokensError},
+    app::{AuditError, AuthError, JobsError, NodeError, RunsError, TokensError},
     dlq::DlqError,
     domain::{FieldError, access::Denied},
     store::StoreError,
@@ -273,6 +273,15 @@ impl From<NodeError> for ApiError {
         match e {
             NodeError::Denied(denied) => denied.into(),
             NodeError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<AuditError> for ApiError {
+    fn from(e: AuditError) -> Self {
+        match e {
+            AuditError::Denied(denied) => denied.into(),
+            AuditError::Store(e) => e.into(),
         }
     }
 }

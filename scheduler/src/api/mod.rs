@@ -3,6 +3,7 @@
 //! [`crate::dlq::DeadLetters`]) and shape the answer; every error is JSON (see [`error`]).
 //! The router and its middleware are here; what the handlers share is [`AppState`].
 
+mod audit;
 pub mod auth;
 mod batch;
 pub mod body;
@@ -49,6 +50,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dlq/{queue}/replay", post(dlq::replay))
         .route("/v1/dlq/{queue}/purge", post(dlq::purge))
         .route("/v1/tokens", post(tokens::create).get(tokens::list))
+        .route("/v1/audit", get(audit::list))
+        .route("/v1/jobs/{id}/versions", get(audit::versions))
         .route("/v1/tokens/{name}", axum::routing::delete(tokens::revoke))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

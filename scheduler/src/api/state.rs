@@ -6,7 +6,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::{
-    app::{Jobs, Node, Runs, Tokens},
+    app::{Audit, Jobs, Node, Runs, Tokens},
     dlq::DeadLetters,
 };
 
@@ -22,6 +22,8 @@ pub struct AppParts {
     pub node: Arc<Node>,
     /// API tokens: who is calling.
     pub tokens: Arc<Tokens>,
+    /// The audit trail.
+    pub audit: Arc<Audit>,
     /// Whether `/metrics` needs a token (`metrics_auth = token`).
     pub metrics_need_token: bool,
     /// The largest job payload, in bytes of JSON.
@@ -58,6 +60,10 @@ impl AppState {
 
     pub(super) fn node(&self) -> &Node {
         &self.parts.node
+    }
+
+    pub(super) fn audit(&self) -> &Audit {
+        &self.parts.audit
     }
 
     pub(super) fn tokens(&self) -> &Tokens {

@@ -49,6 +49,7 @@ use chrono::{DateTime, Utc};
 use tracing::{error, warn};
 use uuid::Uuid;
 
+use super::audit::{self, job_entry, job_target};
 use super::runs::{Fire, fire_items};
 use crate::{
     broker::GroupDeclarer,
@@ -56,6 +57,7 @@ use crate::{
     domain::{
         FieldError, Job, JobSpec, LiveZones, RunTrigger,
         access::{Action, Caller, Denied},
+        audit::{AuditEntry, actions},
         job::reschedules,
         limits::MAX_BATCH_JOBS,
         quota::{QuotaExceeded, Quotas},
@@ -304,6 +306,11 @@ impl Jobs {
         self.store.insert_job(&job).await?;
         self.timer.job_changed(job.id);
         self.declare_target(&job).await;
+        audit::record(
+            self.store.as_ref(),
+            vec![job_entry(caller, actions::JOB_CREATE, &job)],
+        )
+        .await;
         Ok(job)
     }
 
@@ -372,6 +379,11 @@ impl Jobs {
         for job in targets.into_values() {
             self.declare_target(job).await;
         }
+        let entries = jobs
+            .iter()
+            .map(|job| job_entry(caller, actions::JOB_CREATE, job))
+            .collect();
+        audit::record(self.store.as_ref(), entries).await;
         Ok(jobs)
     }
 
@@ -422,6 +434,8 @@ impl Jobs {
                     if target_changed {
                         self.declare_target(&stored).await;
                     }
+                    let entry = job_entry(caller, actions::JOB_UPDATE, &stored);
+                    audit::record(self.store.as_ref(), vec![entry]).await;
                     return Ok(stored);
                 }
                 Err(JobsError::VersionConflict { .. })
@@ -433,13 +447,21 @@ impl Jobs {
 
     /// Deletes job `id` and its run history; it stops firing at once.
     pub async fn delete(&self, caller: &Caller, id: Uuid) -> Result<(), JobsError> {
-        self.job_for(caller, Action::ChangeJobs, id).await?;
+        let job = self.job_for(caller, Action::ChangeJobs, id).await?;
         let deleted = self
             .whole_change(id, move |store, _since| async move {
                 store.delete_job(id).await
             })
             .await?;
         if deleted {
+            let entry = AuditEntry::now(
+                &caller.name,
+                actions::JOB_DELETE,
+                job_target(id),
+                Some(&job.spec.app),
+                serde_json::json!({"app": job.spec.app, "name": job.spec.name, "version": job.version}),
+            );
+            audit::record(self.store.as_ref(), vec![entry]).await;
             Ok(())
         } else {
             Err(JobsError::NotFound(id))
@@ -494,6 +516,14 @@ impl Jobs {
             .find(|item| item.id == first.id)
             .cloned()
             .unwrap_or(first);
+        let entry = AuditEntry::now(
+            &caller.name,
+            actions::JOB_TRIGGER,
+            job_target(job.id),
+            Some(&job.spec.app),
+            serde_json::json!({"run_id": run.id, "items": items.len()}),
+        );
+        audit::record(self.store.as_ref(), vec![entry]).await;
         Ok(Fire { run, items })
     }
 
@@ -504,7 +534,18 @@ impl Jobs {
         }
         let mut spec = current.spec.clone();
         spec.paused = paused;
-        self.change(&current, current.version, spec).await
+        let stored = self.change(&current, current.version, spec).await?;
+        let action = if paused {
+            actions::JOB_PAUSE
+        } else {
+            actions::JOB_RESUME
+        };
+        audit::record(
+            self.store.as_ref(),
+            vec![job_entry(caller, action, &stored)],
+        )
+        .await;
+        Ok(stored)
     }
 
     /// Stores `spec` as the new definition of `current` if it is still at `expected`.

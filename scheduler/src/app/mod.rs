@@ -8,11 +8,13 @@
 //! Services speak domain types and return typed errors; they know nothing of HTTP. The
 //! API maps each error to its error code once, in `api/error.rs`.
 
+pub mod audit;
 pub mod jobs;
 pub mod node;
 pub mod runs;
 pub mod tokens;
 
+pub use audit::{Audit, AuditError};
 pub use jobs::{Jobs, JobsError};
 pub use node::{ClusterStatus, Node, NodeError, NodeStatus, Readiness};
 pub use runs::{Fire, Runs, RunsError};

@@ -25,7 +25,10 @@ use tracing::warn;
 use uuid::Uuid;
 
 use crate::{
-    domain::access::{Action, ApiToken, AppScope, Caller, Denied, Role, check_token_name},
+    domain::{
+        access::{Action, ApiToken, AppScope, Caller, Denied, Role, check_token_name},
+        audit::{AuditEntry, actions},
+    },
     store::{Store, StoreError, StoredToken},
 };
 
@@ -176,6 +179,14 @@ impl Tokens {
         if !self.store.insert_token(&stored).await? {
             return Err(TokensError::NameTaken(name.to_string()));
         }
+        let entry = AuditEntry::now(
+            &caller.name,
+            actions::TOKEN_CREATE,
+            format!("token:{name}"),
+            None,
+            serde_json::json!({"name": name, "role": token.role.as_str(), "apps": token.apps.to_list()}),
+        );
+        super::audit::record(self.store.as_ref(), vec![entry]).await;
         Ok(NewToken { token, secret })
     }
 
@@ -201,6 +212,14 @@ impl Tokens {
             .await?
             .ok_or_else(|| TokensError::NotFound(name.to_string()))?;
         self.snapshot.lock().await.loaded = None;
+        let entry = AuditEntry::now(
+            &caller.name,
+            actions::TOKEN_REVOKE,
+            format!("token:{name}"),
+            None,
+            serde_json::json!({"name": name}),
+        );
+        super::audit::record(self.store.as_ref(), vec![entry]).await;
         Ok(token)
     }
 

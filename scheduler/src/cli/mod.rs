@@ -2,6 +2,7 @@
 //! writer (tables by default, the API's JSON with `--json`), and progress, questions and
 //! answers go through an injected [`Terminal`], so tests can run them.
 
+mod audit;
 mod client;
 mod dlq;
 mod dlq_table;
@@ -74,6 +75,9 @@ pub enum Command {
     /// List, inspect, replay and purge dead-letter queues.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// The audit trail: every change made through the API, newest first.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Create, list and revoke API tokens (admin).
     #[command(subcommand, alias = "tokens")]
     Token(tokens::TokenCommand),
@@ -133,12 +137,26 @@ pub enum JobCommand {
         /// The job.
         job: String,
     },
+    /// Show a job's versions: its definition after each change, newest first.
+    #[command(alias = "history")]
+    Versions {
+        /// The job.
+        job: String,
+    },
     /// Fire a job now.
     #[command(visible_alias = "fire", alias = "run")]
     Trigger {
         /// The job.
         job: String,
     },
+}
+
+/// `chimectl audit ...`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// List changes, newest first.
+    #[command(visible_alias = "list")]
+    Ls(audit::AuditArgs),
 }
 
 /// `chimectl run ...`.
@@ -201,6 +219,7 @@ pub async fn run_with(
         }
         Command::Dlq(command) => dlq::dlq(&client, command, json, out, terminal).await,
         Command::Token(command) => tokens::token(&client, command, json, out).await,
+        Command::Audit(AuditCommand::Ls(args)) => audit::list(&client, &args, json, out).await,
     }
 }
 
@@ -258,6 +277,10 @@ async fn job(
         }
         JobCommand::Pause { job } => control(client, &job, "pause", json, out).await,
         JobCommand::Resume { job } => control(client, &job, "resume", json, out).await,
+        JobCommand::Versions { job } => {
+            let id = client.resolve_job(&job).await?;
+            audit::versions(client, id, json, out).await
+        }
         JobCommand::Trigger { job } => {
             let id = client.resolve_job(&job).await?;
             let run: RunResponse = client.post(&format!("/v1/jobs/{id}/trigger"), None).await?;

@@ -273,6 +273,19 @@ impl DeadLetters {
             .await;
         close(&connection).await;
         let report = result?;
+        let app = job
+            .as_deref()
+            .and_then(|j| j.split_once('/'))
+            .map(|(app, _)| app);
+        let entry = crate::domain::audit::AuditEntry::now(
+            &caller.name,
+            crate::domain::audit::actions::DLQ_REPLAY,
+            format!("dlq:{queue}"),
+            app,
+            serde_json::json!({"job": job, "limit": limit, "replayed": report.replayed,
+                               "discarded": report.discarded, "remaining": report.remaining}),
+        );
+        crate::app::audit::record(self.store.as_ref(), vec![entry]).await;
         info!(
             queue,
             replayed = report.replayed,
@@ -300,6 +313,14 @@ impl DeadLetters {
         close(&connection).await;
         if let Ok(purged) = &result {
             warn!(queue, purged, "dead-letter queue purged");
+            let entry = crate::domain::audit::AuditEntry::now(
+                &caller.name,
+                crate::domain::audit::actions::DLQ_PURGE,
+                format!("dlq:{queue}"),
+                None,
+                serde_json::json!({"purged": purged}),
+            );
+            crate::app::audit::record(self.store.as_ref(), vec![entry]).await;
         }
         result
     }

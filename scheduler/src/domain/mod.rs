@@ -2,6 +2,7 @@
 //! runs, retry decisions, and the validation that turns user input into these types.
 
 pub mod access;
+pub mod audit;
 pub mod behind;
 pub mod broadcast;
 pub mod cron_schedule;

@@ -148,6 +148,11 @@ impl Pruner {
                 self.store.prune_runs(cutoff, limit)
             })
             .await?;
+            // The audit trail is kept as long as run history.
+            drain(limit, stop, telemetry::AUDIT_PRUNED, || {
+                self.store.prune_audit(cutoff, limit)
+            })
+            .await?;
         }
         if let Some(cutoff) = cutoff(now, self.settings.consumer_retention) {
             outcome.consumers = drain(limit, stop, telemetry::CONSUMERS_PRUNED, || {

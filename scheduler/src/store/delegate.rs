@@ -254,6 +254,28 @@ macro_rules! route_store {
                 jobs::app_groups(&self.$reads, app).await
             }
 
+            async fn insert_audit(
+                &self,
+                entries: &[$crate::domain::audit::AuditEntry],
+            ) -> Result<(), $crate::store::StoreError> {
+                audit::insert_audit(&self.$writes, entries).await
+            }
+
+            async fn list_audit(
+                &self,
+                query: &$crate::domain::audit::AuditQuery,
+            ) -> Result<Vec<$crate::domain::audit::AuditEntry>, $crate::store::StoreError> {
+                audit::list_audit(&self.$reads, query).await
+            }
+
+            async fn prune_audit(
+                &self,
+                cutoff: ::chrono::DateTime<::chrono::Utc>,
+                limit: u32,
+            ) -> Result<u64, $crate::store::StoreError> {
+                audit::prune_audit(&self.$writes, cutoff, limit).await
+            }
+
             async fn insert_token(
                 &self,
                 token: &$crate::store::StoredToken,

@@ -336,6 +336,21 @@ pub trait Store: Send + Sync + 'static {
     /// are, nothing is stored.
     async fn insert_jobs(&self, jobs: &[Job]) -> Result<Vec<usize>, StoreError>;
 
+    /// Appends entries to the audit trail, in one transaction.
+    async fn insert_audit(
+        &self,
+        entries: &[crate::domain::audit::AuditEntry],
+    ) -> Result<(), StoreError>;
+
+    /// Audit entries matching `query`, newest first.
+    async fn list_audit(
+        &self,
+        query: &crate::domain::audit::AuditQuery,
+    ) -> Result<Vec<crate::domain::audit::AuditEntry>, StoreError>;
+
+    /// Deletes up to `limit` audit entries older than `cutoff`; returns how many.
+    async fn prune_audit(&self, cutoff: DateTime<Utc>, limit: u32) -> Result<u64, StoreError>;
+
     /// How many jobs app `app` has.
     async fn count_app_jobs(&self, app: &str) -> Result<u64, StoreError>;
 

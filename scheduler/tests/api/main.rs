@@ -5,6 +5,7 @@
 //! Test names say the route and the case.
 
 mod access;
+mod audit;
 mod batch;
 mod cluster_health;
 mod dlq;

@@ -16,7 +16,7 @@ use axum::{
 };
 use chime_scheduler::{
     api::{self, AppParts, AppState},
-    app::{Jobs, Node, Runs, Tokens},
+    app::{Audit, Jobs, Node, Runs, Tokens},
     broker::GroupDeclarer,
     cluster::{ClusterSettings, DEFAULT_SHARD_COUNT, Ownership},
     dispatch::{Dispatcher, ObserverCopies},
@@ -146,6 +146,7 @@ impl TestApp {
                 dispatch,
             )),
             tokens: Arc::new(Tokens::new(store.clone(), Some(ADMIN_TOKEN))),
+            audit: Arc::new(Audit::new(store.clone())),
             metrics_need_token: true,
             payload_limit: PAYLOAD_LIMIT,
             metrics: telemetry::metrics_handle(),

@@ -4,6 +4,7 @@
 //! (jobs, import, due, fire, overlap, runs, replies, reconcile, presence, retention); this file
 //! holds the shared fixtures and the macro that runs every body on both backends.
 
+mod audit;
 mod due;
 mod fire;
 mod import;
@@ -232,6 +233,7 @@ store_suite!(
         import::insert_jobs_with_a_taken_name_stores_nothing,
         jobs::job_list_pages_in_creation_order,
         tokens::tokens_round_trip_and_revoke,
+        audit::audit_entries_filter_page_and_prune,
         jobs::app_usage_counts_jobs_and_groups,
         jobs::updates_check_the_version,
         jobs::update_keeps_next_fire_a_fire_advanced,

@@ -103,6 +103,37 @@ async fn chimectl_creates_uses_and_revokes_a_scoped_token() {
     // Nothing of the refused requests was stored.
     let (_, jobs) = admin.call(Method::GET, "/v1/jobs", None).await;
     assert_eq!(jobs["items"].as_array().unwrap().len(), 1, "{jobs}");
+
+    // The audit trail names who did what; the job's versions list its creation.
+    let trail = chimectl(admin, &["--json", "audit", "ls"]).await;
+    assert!(trail.status.success(), "{}", stderr(&trail));
+    let trail: Value = serde_json::from_str(&stdout(&trail)).unwrap();
+    let done: Vec<(String, String)> = trail["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap().into(),
+                e["action"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        done,
+        [
+            ("bootstrap".to_string(), "token.revoke".to_string()),
+            ("shop-ci".to_string(), "job.create".to_string()),
+            ("bootstrap".to_string(), "token.create".to_string()),
+        ]
+    );
+    let versions = chimectl(admin, &["job", "versions", "shop/tidy"]).await;
+    assert!(versions.status.success(), "{}", stderr(&versions));
+    assert!(
+        stdout(&versions).contains("job.create"),
+        "{}",
+        stdout(&versions)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

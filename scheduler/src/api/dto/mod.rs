@@ -8,6 +8,7 @@
 //! database I/O, through nothing here. The API maps [`RequestError`] to its JSON error in
 //! `api/error.rs`; keep server types (`ApiError`, the store, the services) out of dto.
 
+pub mod audit;
 pub mod batch;
 pub mod cluster;
 pub mod dlq;
@@ -17,6 +18,7 @@ pub mod page;
 pub mod run;
 pub mod token;
 
+pub use audit::{AuditEntryResponse, AuditListQuery};
 pub use batch::{BatchItemError, BatchRefusal, JobBatchRequest, JobBatchResponse};
 pub use cluster::{ClusterResponse, NodeResponse};
 pub use dlq::{DlqItems, DlqMessage, DlqSummary, PurgeResponse, ReplayReport, ReplayRequest};

@@ -5,6 +5,7 @@
 //! `runs`, `replies`, `reconcile`, `presence`, `retention`); this file connects, routes
 //! the cluster's methods to them, and has the trait's routed by name (`store/delegate.rs`).
 
+mod audit;
 pub mod cluster;
 mod fire;
 mod jobs;

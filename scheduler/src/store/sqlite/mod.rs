@@ -7,6 +7,7 @@
 //! this file opens the database and has the trait's methods routed to them by name
 //! (`store/delegate.rs`).
 
+mod audit;
 mod fire;
 mod jobs;
 mod presence;
