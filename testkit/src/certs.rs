@@ -70,9 +70,10 @@ impl TestCa {
     pub fn server(&self, file_stem: &str, hosts: &[&str]) -> PemPair {
         let names: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
         let mut params = CertificateParams::new(names).expect("server params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, hosts.first().copied().unwrap_or("server"));
+        params.distinguished_name.push(
+            DnType::CommonName,
+            hosts.first().copied().unwrap_or("server"),
+        );
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.issue(file_stem, params)
     }

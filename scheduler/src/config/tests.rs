@@ -212,9 +212,9 @@ fn bad_urls_never_show_their_password() {
         ("database_url", "mysql://u:hunter22@h/db"),
         (
             "database_url",
-            "postgres://u@h/db?password=hunter22&sslmode=require",
+            "postgres://u@h/db?password=hunter22&sslmode=require&sslrootcert=/no/ca.pem",
         ),
-        ("amqp_url", "amqps://u:hunter22@h/%2f"),
+        ("amqp_url", "amqps://u:hunter22@h/%2f?cacertfile=/no/ca.pem"),
         ("amqp_url", "amqp://u:hunter22@h:port/%2f"),
     ] {
         let err = Layers::new()
