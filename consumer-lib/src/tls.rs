@@ -251,5 +251,6 @@ mod tests {
             err.contains("client key") && !err.contains("BEGIN CERT"),
             "{err}"
         );
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
