@@ -29,6 +29,13 @@ pub fn check_database_url(url: &str) -> Result<(), String> {
     let mut cert = None;
     let mut key = None;
     for (name, value) in query_pairs(url) {
+        if name == "sslpassword" {
+            return Err(
+                "sslpassword is not supported (an encrypted client key): use an \
+                        unencrypted key file readable only by chimed (mode 0600)"
+                    .to_string(),
+            );
+        }
         if is_inline_pem(&value) {
             continue;
         }
@@ -114,6 +121,7 @@ mod tests {
             "postgres://u:hunter22@h:port/db",
             "postgres://u@h/db?password=hunter22&port=x",
             "postgres://u:hunter22@h/db?sslmode=sometimes",
+            "postgres://u@h/db?sslmode=verify-full&sslpassword=hunter22",
         ] {
             let err = check_database_url(bad).unwrap_err();
             assert!(!err.contains("hunter22"), "{bad}: {err}");
