@@ -30,7 +30,7 @@ struct Node {
 
 impl Node {
     fn start() -> Self {
-        let certs = Certs::new();
+        let certs = Certs::generate();
         let server = certs.ca.server("rabbit", &["localhost", "127.0.0.1"]);
         let client = certs.ca.client("client", "chime");
         let rabbit = PrivateRabbit::start(&certs.ca.ca_cert(), &server);
@@ -232,8 +232,7 @@ async fn a_client_without_a_certificate_is_refused(node: &Node) {
     .await
     .expect("refused promptly, not hanging");
     let err = result
-        .err()
-        .expect("the node demands a client certificate")
+        .expect_err("the node demands a client certificate")
         .to_string();
     eprintln!("without a client certificate: {err}");
     assert!(!err.is_empty());

@@ -18,7 +18,7 @@ pub struct Certs {
 }
 
 impl Certs {
-    pub fn new() -> Self {
+    pub fn generate() -> Self {
         let dir = std::env::temp_dir().join(format!("chime-tls-certs-{}", uuid::Uuid::now_v7()));
         Self {
             ca: TestCa::new(dir.join("ca"), "ca"),

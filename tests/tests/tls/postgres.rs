@@ -19,7 +19,7 @@ struct Server {
 
 impl Server {
     fn start() -> Self {
-        let certs = Certs::new();
+        let certs = Certs::generate();
         // The certificate names 127.0.0.1 only; the server listens on 127.0.0.2 too.
         let server = certs.ca.server("pg", &["127.0.0.1"]);
         let pg = PrivatePostgres::start(&certs.ca.ca_cert(), &server);
