@@ -230,6 +230,44 @@ impl Layers {
         self
     }
 
+    /// The value of `key` (a URL), or the contents of the file `file_key` names (one
+    /// trailing newline stripped), whichever was given at the later layer; both at the
+    /// same layer is an error. The source says where the value came from.
+    fn url_or_file(
+        &self,
+        key: &'static str,
+        file_key: &'static str,
+    ) -> Result<(String, Source), ConfigError> {
+        let (value, source) = &self.values[key];
+        let (path, file_source) = &self.values[file_key];
+        let path = path.trim();
+        let rank = |source: &Source| match source {
+            Source::Default => 0,
+            Source::File(_) => 1,
+            Source::Env(_) => 2,
+            Source::Flag => 3,
+        };
+        if path.is_empty() || rank(source) > rank(file_source) {
+            return Ok((value.clone(), source.clone()));
+        }
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: file_key,
+            value: path.to_string(),
+            origin: file_source.clone(),
+            reason,
+        };
+        if rank(source) == rank(file_source) {
+            return Err(invalid(format!(
+                "{key} is given too (from {source}): give one of them"
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid(format!("cannot read the file: {e}")))?;
+        let text = text.strip_suffix('\n').unwrap_or(&text);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        Ok((text.to_string(), file_source.clone()))
+    }
+
     /// Parses and validates the merged values.
     pub fn build(self) -> Result<Config, ConfigError> {
         let get = |key: &'static str| self.values.get(key).expect("every key has a default");
@@ -237,10 +275,14 @@ impl Layers {
             let (value, source) = get(key);
             Parsed { key, value, source }
         };
+        let (database_url, database_source) =
+            self.url_or_file("database_url", "database_url_file")?;
+        let (amqp_url, amqp_source) = self.url_or_file("amqp_url", "amqp_url_file")?;
+        let url = |key, value, source| Parsed { key, value, source };
         let config = Config {
-            database_url: parse("database_url")
+            database_url: url("database_url", &database_url, &database_source)
                 .with(|v| urls::check_database_url(v).map(|()| v.to_string()))?,
-            amqp_url: parse("amqp_url")
+            amqp_url: url("amqp_url", &amqp_url, &amqp_source)
                 .with(|v| urls::check_amqp_url(v).map(|()| v.to_string()))?,
             http_addr: parse("http_addr")
                 .with(|v| v.parse::<SocketAddr>().map_err(|e| e.to_string()))?,

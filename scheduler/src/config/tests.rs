@@ -235,3 +235,77 @@ fn sizes() {
     assert!(parse_size("1GiB").is_err());
     assert!(parse_size("lots").is_err());
 }
+
+#[test]
+fn urls_come_from_files_at_their_layer() {
+    let dir = std::env::temp_dir().join(format!("chime-url-files-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db_file = dir.join("database-url");
+    std::fs::write(&db_file, "postgres://chime:hunter22@db/chime\n").unwrap();
+    let mq_file = dir.join("amqp-url");
+    std::fs::write(&mq_file, "amqp://chime:hunter22@mq:5672/%2f\r\n").unwrap();
+    let env = |db: String, mq: String| {
+        move |var: &str| match var {
+            "CHIME_DATABASE_URL_FILE" => Some(db.clone()),
+            "CHIME_AMQP_URL_FILE" => Some(mq.clone()),
+            _ => None,
+        }
+    };
+    let paths = (db_file.display().to_string(), mq_file.display().to_string());
+
+    let config = Layers::new()
+        .env(env(paths.0.clone(), paths.1.clone()))
+        .build()
+        .unwrap();
+    assert_eq!(config.database_url, "postgres://chime:hunter22@db/chime");
+    assert_eq!(config.amqp_url, "amqp://chime:hunter22@mq:5672/%2f");
+
+    // A flag (a later layer) wins over the file given in the environment.
+    let config = Layers::new()
+        .env(env(paths.0.clone(), paths.1.clone()))
+        .flag("database_url", Some("sqlite://other.db"))
+        .build()
+        .unwrap();
+    assert_eq!(config.database_url, "sqlite://other.db");
+
+    // Both at the same layer: an error naming both, no password.
+    let err = Layers::new()
+        .env(|var: &str| match var {
+            "CHIME_DATABASE_URL_FILE" => Some(paths.0.clone()),
+            "CHIME_DATABASE_URL" => Some("postgres://u:hunter22@h/db".to_string()),
+            _ => None,
+        })
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("database_url_file") && err.contains("give one of them"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter22"), "{err}");
+
+    // A missing file, and a bad URL in a file: named by the file setting, no password.
+    let err = Layers::new()
+        .env(env(
+            dir.join("missing").display().to_string(),
+            paths.1.clone(),
+        ))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("invalid database_url_file") && err.contains("cannot read the file"),
+        "{err}"
+    );
+    std::fs::write(&db_file, "mysql://chime:hunter22@db/chime\n").unwrap();
+    let err = Layers::new()
+        .env(env(paths.0.clone(), paths.1.clone()))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("(from environment CHIME_DATABASE_URL_FILE)") && !err.contains("hunter22"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

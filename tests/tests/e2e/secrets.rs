@@ -49,9 +49,7 @@ async fn bad_urls_fail_start_up_without_showing_their_password() {
         ),
         (
             sqlite.url().to_string(),
-            format!(
-                "amqps://guest:{MQ_SECRET}@127.0.0.1:5671/%2f?cacertfile=/nonexistent/ca.pem"
-            ),
+            format!("amqps://guest:{MQ_SECRET}@127.0.0.1:5671/%2f?cacertfile=/nonexistent/ca.pem"),
             "cannot read the CA bundle /nonexistent/ca.pem",
         ),
         (
