@@ -66,6 +66,10 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `log`: the log filter.
     pub log: String,
+    /// What `chimed` should log as warnings once logging is set up: a URL with a
+    /// password given as a command-line flag (visible to every user in `ps`). Not a
+    /// setting.
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -268,6 +272,27 @@ impl Layers {
         Ok((text.to_string(), file_source.clone()))
     }
 
+    /// A warning for each URL with a password (userinfo or query) given as a flag.
+    fn flag_password_warnings(&self) -> Vec<String> {
+        [
+            ("database_url", "CHIME_DATABASE_URL"),
+            ("amqp_url", "CHIME_AMQP_URL"),
+        ]
+        .into_iter()
+        .filter(|(key, _)| {
+            let (value, source) = &self.values[key];
+            *source == Source::Flag && chime_consumer::url::redact(value) != *value
+        })
+        .map(|(key, env)| {
+            format!(
+                "the --{} flag holds a password, which every user of this machine can \
+                     read in ps; set {env} or {env}_FILE instead",
+                key.replace('_', "-")
+            )
+        })
+        .collect()
+    }
+
     /// Parses and validates the merged values.
     pub fn build(self) -> Result<Config, ConfigError> {
         let get = |key: &'static str| self.values.get(key).expect("every key has a default");
@@ -326,6 +351,7 @@ impl Layers {
             log_format: parse("log_format")
                 .with(|v| LogFormat::parse(v).ok_or_else(|| "use text or json".to_string()))?,
             log: parse("log").text(),
+            warnings: self.flag_password_warnings(),
         };
         parse("payload_limit").check(
             (1024..=16 * 1024 * 1024).contains(&config.payload_limit),

@@ -309,3 +309,27 @@ fn urls_come_from_files_at_their_layer() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_password_in_a_flag_is_warned_about_without_showing_it() {
+    let config = Layers::new()
+        .flag("database_url", Some("postgres://u:hunter22@h/db"))
+        .flag("amqp_url", Some("amqp://guest@127.0.0.1:5672/%2f"))
+        .build()
+        .unwrap();
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    let warning = &config.warnings[0];
+    assert!(
+        warning.contains("--database-url") && warning.contains("CHIME_DATABASE_URL_FILE"),
+        "{warning}"
+    );
+    assert!(!warning.contains("hunter22"), "{warning}");
+    // The same URL from the environment is not visible in ps: no warning.
+    let config = Layers::new()
+        .env(|var: &str| {
+            (var == "CHIME_DATABASE_URL").then(|| "postgres://u:hunter22@h/db".to_string())
+        })
+        .build()
+        .unwrap();
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+}
