@@ -2,16 +2,17 @@
 //! scenarios share it and run in order): the consumer library's connect (which chimed's
 //! broker connect calls too) with a CA bundle and a client certificate; a wrong CA, the
 //! system roots and a wrong host name refused with errors naming the cause; a client
-//! without a certificate refused; EXTERNAL authentication; and chimed firing a job to
-//! a consumer, both over amqps.
+//! without a certificate refused; EXTERNAL authentication; and the chimed binary, with
+//! its store on a private PostgreSQL over TLS (verify-full), firing a job to a consumer,
+//! both over amqps.
 
 use std::{path::Path, time::Duration};
 
 use chime_consumer::connect::connect;
 use chime_testkit::certs::PemPair;
 use chime_tests::{
-    Chimed, JobSpec, TestConsumer, TestDatabase, api::in_state, chimed::ChimedConfig,
-    private_rabbitmq::PrivateRabbit, wait,
+    Chimed, JobSpec, TestConsumer, api::in_state, chimed::ChimedConfig,
+    private_postgres::PrivatePostgres, private_rabbitmq::PrivateRabbit, wait,
 };
 use lapin::{
     BasicProperties, ConnectionProperties,
@@ -284,8 +285,19 @@ async fn external_authentication_takes_the_certificate_name(node: &Node) {
 
 async fn chimed_fires_a_job_to_a_consumer_over_amqps(node: &Node) {
     let url = node.url("localhost", &node.good_query());
-    let db = TestDatabase::sqlite();
-    let chimed = Chimed::start(ChimedConfig::new(db.url(), &url)).await;
+    // The store too over TLS: a private PostgreSQL, verify-full against the test CA.
+    let pg_server = node.certs.ca.server("pg", &["127.0.0.1"]);
+    let pg = PrivatePostgres::start(&node.certs.ca.ca_cert(), &pg_server);
+    let database_url = pg.url(
+        "postgres",
+        "postgres",
+        "127.0.0.1",
+        &format!(
+            "sslmode=verify-full&sslrootcert={}",
+            node.certs.ca.ca_cert().display()
+        ),
+    );
+    let chimed = Chimed::start(ChimedConfig::new(&database_url, &url)).await;
     let consumer = TestConsumer::start(&url, "tls-workers", "tls-w1", &[]).await;
     let job = chimed
         .api
