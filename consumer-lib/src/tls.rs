@@ -210,6 +210,7 @@ mod tests {
                 .client_auth_cert_resolver
                 .has_certs()
         );
+        let _ = std::fs::remove_dir_all(ca.ca_cert().parent().unwrap());
     }
 
     #[test]
