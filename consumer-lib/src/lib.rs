@@ -128,6 +128,7 @@
 //! ```
 
 pub mod backoff;
+pub mod connect;
 mod consumer;
 mod error;
 mod handler;
@@ -137,6 +138,7 @@ mod options;
 pub mod protocol;
 mod reconnect;
 pub mod testing;
+pub mod tls;
 pub mod url;
 
 pub use consumer::{Consumer, ConsumerBuilder, default_instance_id, shutdown_signal};

@@ -1,12 +1,9 @@
-//! Connection URLs: hiding their secrets in anything printed, and refusing what this
-//! build cannot honour. Every path that prints a broker or database URL (configuration
-//! errors, start-up logs, connection errors) goes through [`redact`] or [`scrub`], so a
-//! password — in the userinfo (`user:secret@`) or a query parameter (`?password=`) —
-//! never reaches a log or an error. TLS is not supported yet: an `amqps://` URL is
-//! refused ([`check_amqp_url`]) rather than connected in plaintext.
-
-/// What a refused TLS URL's error starts with.
-pub const TLS_UNSUPPORTED: &str = "TLS is not supported yet";
+//! Connection URLs: hiding their secrets in anything printed, and the start-up check of
+//! a broker URL. Every path that prints a broker or database URL (configuration errors,
+//! start-up logs, connection errors) goes through [`redact`] or [`scrub`], so a password
+//! — in the userinfo (`user:secret@`) or a query parameter (`?password=`) — never
+//! reaches a log or an error. What a broker URL may say (`amqps://` and its TLS query
+//! parameters) is parsed in [`crate::connect`].
 
 /// `url` with its password and secret query parameters replaced by `***`:
 /// `postgres://u:***@h/db?password=***&sslmode=disable`.
@@ -48,27 +45,11 @@ pub fn scrub(text: &str, url: &str) -> String {
     out
 }
 
-/// Checks a RabbitMQ URL: `amqp://` only (an `amqps://` URL is refused until TLS
-/// support lands), and parseable. The error never contains a secret of `url`.
+/// Checks a RabbitMQ URL: `amqp://` or `amqps://`, parseable, TLS options only with
+/// `amqps://`, and the CA bundle and client certificate it names readable PEM files.
+/// The error never contains a secret of `url`.
 pub fn check_amqp_url(url: &str) -> Result<(), String> {
-    let scheme = url
-        .split_once("://")
-        .map(|(scheme, _)| scheme.to_ascii_lowercase());
-    match scheme.as_deref() {
-        Some("amqp") => {}
-        Some("amqps") => {
-            return Err(format!(
-                "{TLS_UNSUPPORTED}: amqps:// URLs are refused rather than connected in plaintext; \
-                 use amqp:// on a trusted network (or through a TLS tunnel)"
-            ));
-        }
-        _ => {
-            return Err("not a RabbitMQ URL: use amqp://USER:PASS@HOST:PORT/VHOST".to_string());
-        }
-    }
-    url.parse::<lapin::uri::AMQPUri>()
-        .map(|_| ())
-        .map_err(|e| format!("not a valid RabbitMQ URL: {}", scrub(&e, url)))
+    crate::connect::BrokerUrl::check(url).map(|_| ())
 }
 
 /// Byte range of the userinfo (`user:pass`) in `base` (a URL without its query; one
@@ -172,22 +153,18 @@ mod tests {
     }
 
     #[test]
-    fn amqps_and_other_schemes_are_refused_without_secrets() {
+    fn amqps_is_accepted_and_other_schemes_refused_without_secrets() {
         assert_eq!(
             check_amqp_url("amqp://guest:guest@127.0.0.1:5672/%2f"),
             Ok(())
         );
-        let tls = check_amqp_url("amqps://u:topsecret@h:5671/%2f").unwrap_err();
-        assert!(tls.starts_with(TLS_UNSUPPORTED), "{tls}");
-        assert!(
-            check_amqp_url("AMQPS://h")
-                .unwrap_err()
-                .starts_with(TLS_UNSUPPORTED)
-        );
+        assert_eq!(check_amqp_url("amqps://u:topsecret@h:5671/%2f"), Ok(()));
+        assert_eq!(check_amqp_url("AMQPS://h"), Ok(()));
         for bad in [
             "http://u:topsecret@h/",
             "amqp://u:topsecret@h:notaport/%2f",
             "guest:topsecret@localhost:5672",
+            "amqps://u:topsecret@h/%2f?cacertfile=/no/such/ca.pem",
         ] {
             let err = check_amqp_url(bad).unwrap_err();
             assert!(!err.contains("topsecret"), "{bad}: {err}");

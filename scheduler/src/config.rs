@@ -81,6 +81,10 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `log`: the log filter.
     pub log: String,
+    /// What `chimed` should log as warnings once logging is set up: a URL with a
+    /// password given as a command-line flag (visible to every user in `ps`). Not a
+    /// setting.
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -245,6 +249,65 @@ impl Layers {
         self
     }
 
+    /// The value of `key` (a URL), or the contents of the file `file_key` names (one
+    /// trailing newline stripped), whichever was given at the later layer; both at the
+    /// same layer is an error. The source says where the value came from.
+    fn url_or_file(
+        &self,
+        key: &'static str,
+        file_key: &'static str,
+    ) -> Result<(String, Source), ConfigError> {
+        let (value, source) = &self.values[key];
+        let (path, file_source) = &self.values[file_key];
+        let path = path.trim();
+        let rank = |source: &Source| match source {
+            Source::Default => 0,
+            Source::File(_) => 1,
+            Source::Env(_) => 2,
+            Source::Flag => 3,
+        };
+        if path.is_empty() || rank(source) > rank(file_source) {
+            return Ok((value.clone(), source.clone()));
+        }
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: file_key,
+            value: path.to_string(),
+            origin: file_source.clone(),
+            reason,
+        };
+        if rank(source) == rank(file_source) {
+            return Err(invalid(format!(
+                "{key} is given too (from {source}): give one of them"
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid(format!("cannot read the file: {e}")))?;
+        let text = text.strip_suffix('\n').unwrap_or(&text);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        Ok((text.to_string(), file_source.clone()))
+    }
+
+    /// A warning for each URL with a password (userinfo or query) given as a flag.
+    fn flag_password_warnings(&self) -> Vec<String> {
+        [
+            ("database_url", "CHIME_DATABASE_URL"),
+            ("amqp_url", "CHIME_AMQP_URL"),
+        ]
+        .into_iter()
+        .filter(|(key, _)| {
+            let (value, source) = &self.values[key];
+            *source == Source::Flag && chime_consumer::url::redact(value) != *value
+        })
+        .map(|(key, env)| {
+            format!(
+                "the --{} flag holds a password, which every user of this machine can \
+                     read in ps; set {env} or {env}_FILE instead",
+                key.replace('_', "-")
+            )
+        })
+        .collect()
+    }
+
     /// Parses and validates the merged values.
     pub fn build(self) -> Result<Config, ConfigError> {
         let get = |key: &'static str| self.values.get(key).expect("every key has a default");
@@ -252,10 +315,14 @@ impl Layers {
             let (value, source) = get(key);
             Parsed { key, value, source }
         };
+        let (database_url, database_source) =
+            self.url_or_file("database_url", "database_url_file")?;
+        let (amqp_url, amqp_source) = self.url_or_file("amqp_url", "amqp_url_file")?;
+        let url = |key, value, source| Parsed { key, value, source };
         let config = Config {
-            database_url: parse("database_url")
+            database_url: url("database_url", &database_url, &database_source)
                 .with(|v| urls::check_database_url(v).map(|()| v.to_string()))?,
-            amqp_url: parse("amqp_url")
+            amqp_url: url("amqp_url", &amqp_url, &amqp_source)
                 .with(|v| urls::check_amqp_url(v).map(|()| v.to_string()))?,
             http_addr: parse("http_addr")
                 .with(|v| v.parse::<SocketAddr>().map_err(|e| e.to_string()))?,
@@ -319,6 +386,7 @@ impl Layers {
             log_format: parse("log_format")
                 .with(|v| LogFormat::parse(v).ok_or_else(|| "use text or json".to_string()))?,
             log: parse("log").text(),
+            warnings: self.flag_password_warnings(),
         };
         parse("payload_limit").check(
             (1024..=16 * 1024 * 1024).contains(&config.payload_limit),

@@ -13,6 +13,8 @@ pub mod binaries;
 pub mod chimed;
 pub mod cluster;
 pub mod consumer;
+pub mod private_postgres;
+pub mod private_rabbitmq;
 pub mod raw_http;
 
 pub use chimed::Chimed;

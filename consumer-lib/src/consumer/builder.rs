@@ -299,12 +299,21 @@ mod tests {
     }
 
     #[test]
-    fn amqps_is_refused_until_tls_lands() {
-        let err = Consumer::builder("amqps://app:s3cret-pw@mq:5671/%2f", "orders")
-            .handler("j", noop)
-            .build()
-            .err()
-            .expect("amqps refused");
+    fn amqps_with_a_missing_ca_file_is_refused_at_build() {
+        assert!(
+            Consumer::builder("amqps://app:s3cret-pw@mq:5671/%2f", "orders")
+                .handler("j", noop)
+                .build()
+                .is_ok()
+        );
+        let err = Consumer::builder(
+            "amqps://app:s3cret-pw@mq:5671/%2f?cacertfile=/no/such/ca.pem",
+            "orders",
+        )
+        .handler("j", noop)
+        .build()
+        .err()
+        .expect("missing CA refused");
         let text = err.to_string();
         assert!(
             matches!(
@@ -316,7 +325,7 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains(crate::url::TLS_UNSUPPORTED), "{text}");
+        assert!(text.contains("cannot read the CA bundle"), "{text}");
         assert!(!text.contains("s3cret-pw"), "{text}");
     }
 

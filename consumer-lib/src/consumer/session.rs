@@ -105,7 +105,7 @@ impl Session {
         let properties = ConnectionProperties::default().with_connection_name(
             format!("chime-consumer/{}/{}", settings.group, settings.instance).into(),
         );
-        let connection = Connection::connect(&settings.amqp_url, properties).await?;
+        let connection = crate::connect::connect(&settings.amqp_url, properties).await?;
         let publish_channel = connection.create_channel().await?;
         publish_channel
             .confirm_select(ConfirmSelectOptions::default())

@@ -151,7 +151,7 @@ impl ObserverSession {
     pub(super) async fn open(settings: &Arc<Settings>) -> Result<Self, OpenError> {
         let properties = ConnectionProperties::default()
             .with_connection_name(format!("chime-observer/{}", settings.name).into());
-        let connection = Connection::connect(&settings.amqp_url, properties).await?;
+        let connection = crate::connect::connect(&settings.amqp_url, properties).await?;
         let channel = connection.create_channel().await?;
         let queue =
             topology::declare_observer(&connection, &channel, &settings.name, &settings.patterns)

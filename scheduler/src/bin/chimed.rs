@@ -39,6 +39,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         telemetry::init_tracing(config.log_format, &config.log);
+        for warning in &config.warnings {
+            tracing::warn!("{warning}");
+        }
         daemon::run(config, chime_consumer::shutdown_signal()).await
     })
 }

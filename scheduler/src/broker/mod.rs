@@ -17,11 +17,13 @@ use chime_consumer::{backoff::Backoff, protocol::topology};
 
 use crate::telemetry;
 
-/// Opens a connection named `chimed/<component>` (shown in RabbitMQ's connection list).
+/// Opens a connection named `chimed/<component>` (shown in RabbitMQ's connection list),
+/// in plaintext for `amqp://` and over TLS for `amqps://` (the consumer library's
+/// [`chime_consumer::connect`], so both sides read a URL the same way).
 pub async fn connect(url: &str, component: &str) -> Result<Connection, lapin::Error> {
     let properties =
         ConnectionProperties::default().with_connection_name(format!("chimed/{component}").into());
-    Connection::connect(url, properties).await
+    chime_consumer::connect::connect(url, properties).await
 }
 
 /// Whether an operation failed because the broker refuses it (a declaration whose

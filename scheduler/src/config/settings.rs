@@ -28,7 +28,19 @@ pub const SETTINGS: &[Setting] = &[
         key: "amqp_url",
         env: "CHIME_AMQP_URL",
         default: "amqp://guest:guest@127.0.0.1:5672/%2f",
-        doc: "RabbitMQ connection URL",
+        doc: "RabbitMQ connection URL: amqp://, or amqps:// for TLS (see docs/security.md)",
+    },
+    Setting {
+        key: "database_url_file",
+        env: "CHIME_DATABASE_URL_FILE",
+        default: "",
+        doc: "a file holding database_url (one trailing newline stripped), so the password need not be in the environment; the one of the two given at the later layer wins, both at the same layer is an error",
+    },
+    Setting {
+        key: "amqp_url_file",
+        env: "CHIME_AMQP_URL_FILE",
+        default: "",
+        doc: "a file holding amqp_url, as database_url_file",
     },
     Setting {
         key: "http_addr",

@@ -212,9 +212,9 @@ fn bad_urls_never_show_their_password() {
         ("database_url", "mysql://u:hunter22@h/db"),
         (
             "database_url",
-            "postgres://u@h/db?password=hunter22&sslmode=require",
+            "postgres://u@h/db?password=hunter22&sslmode=require&sslrootcert=/no/ca.pem",
         ),
-        ("amqp_url", "amqps://u:hunter22@h/%2f"),
+        ("amqp_url", "amqps://u:hunter22@h/%2f?cacertfile=/no/ca.pem"),
         ("amqp_url", "amqp://u:hunter22@h:port/%2f"),
     ] {
         let err = Layers::new()
@@ -234,4 +234,102 @@ fn sizes() {
     assert_eq!(parse_size("1000"), Ok(1000));
     assert!(parse_size("1GiB").is_err());
     assert!(parse_size("lots").is_err());
+}
+
+#[test]
+fn urls_come_from_files_at_their_layer() {
+    let dir = std::env::temp_dir().join(format!("chime-url-files-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db_file = dir.join("database-url");
+    std::fs::write(&db_file, "postgres://chime:hunter22@db/chime\n").unwrap();
+    let mq_file = dir.join("amqp-url");
+    std::fs::write(&mq_file, "amqp://chime:hunter22@mq:5672/%2f\r\n").unwrap();
+    let env = |db: String, mq: String| {
+        move |var: &str| match var {
+            "CHIME_DATABASE_URL_FILE" => Some(db.clone()),
+            "CHIME_AMQP_URL_FILE" => Some(mq.clone()),
+            _ => None,
+        }
+    };
+    let paths = (db_file.display().to_string(), mq_file.display().to_string());
+
+    let config = Layers::new()
+        .env(env(paths.0.clone(), paths.1.clone()))
+        .build()
+        .unwrap();
+    assert_eq!(config.database_url, "postgres://chime:hunter22@db/chime");
+    assert_eq!(config.amqp_url, "amqp://chime:hunter22@mq:5672/%2f");
+
+    // A flag (a later layer) wins over the file given in the environment.
+    let config = Layers::new()
+        .env(env(paths.0.clone(), paths.1.clone()))
+        .flag("database_url", Some("sqlite://other.db"))
+        .build()
+        .unwrap();
+    assert_eq!(config.database_url, "sqlite://other.db");
+
+    // Both at the same layer: an error naming both, no password.
+    let err = Layers::new()
+        .env(|var: &str| match var {
+            "CHIME_DATABASE_URL_FILE" => Some(paths.0.clone()),
+            "CHIME_DATABASE_URL" => Some("postgres://u:hunter22@h/db".to_string()),
+            _ => None,
+        })
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("database_url_file") && err.contains("give one of them"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter22"), "{err}");
+
+    // A missing file, and a bad URL in a file: named by the file setting, no password.
+    let err = Layers::new()
+        .env(env(
+            dir.join("missing").display().to_string(),
+            paths.1.clone(),
+        ))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("invalid database_url_file") && err.contains("cannot read the file"),
+        "{err}"
+    );
+    std::fs::write(&db_file, "mysql://chime:hunter22@db/chime\n").unwrap();
+    let err = Layers::new()
+        .env(env(paths.0.clone(), paths.1.clone()))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("(from environment CHIME_DATABASE_URL_FILE)") && !err.contains("hunter22"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_password_in_a_flag_is_warned_about_without_showing_it() {
+    let config = Layers::new()
+        .flag("database_url", Some("postgres://u:hunter22@h/db"))
+        .flag("amqp_url", Some("amqp://guest@127.0.0.1:5672/%2f"))
+        .build()
+        .unwrap();
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    let warning = &config.warnings[0];
+    assert!(
+        warning.contains("--database-url") && warning.contains("CHIME_DATABASE_URL_FILE"),
+        "{warning}"
+    );
+    assert!(!warning.contains("hunter22"), "{warning}");
+    // The same URL from the environment is not visible in ps: no warning.
+    let config = Layers::new()
+        .env(|var: &str| {
+            (var == "CHIME_DATABASE_URL").then(|| "postgres://u:hunter22@h/db".to_string())
+        })
+        .build()
+        .unwrap();
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
 }

@@ -89,9 +89,10 @@ impl Answer {
 }
 
 impl TestApp {
-    /// An API with no broker.
+    /// An API with no broker. Its fixtures give each job a group of its own
+    /// ([`hourly`]), so the group quota is off here; `tests/api/quotas.rs` tests it.
     pub async fn new() -> Self {
-        Self::build(NO_BROKER.to_string(), None, Quotas::default()).await
+        Self::build(NO_BROKER.to_string(), None, UNLIMITED_GROUPS).await
     }
 
     /// An API with no broker, enforcing `quotas`.
@@ -102,7 +103,7 @@ impl TestApp {
     /// An API on the real RabbitMQ, in a fresh virtual host.
     pub async fn with_broker() -> Self {
         let vhost = TestVhost::new();
-        Self::build(vhost.amqp_url(), Some(vhost), Quotas::default()).await
+        Self::build(vhost.amqp_url(), Some(vhost), UNLIMITED_GROUPS).await
     }
 
     async fn build(amqp_url: String, vhost: Option<TestVhost>, quotas: Quotas) -> Self {
@@ -268,6 +269,12 @@ impl TestApp {
         answer.body
     }
 }
+
+/// The default quotas without the group quota.
+const UNLIMITED_GROUPS: Quotas = Quotas {
+    max_jobs: 1_000_000,
+    max_groups: 0,
+};
 
 /// The bootstrap admin token every test app accepts.
 pub const ADMIN_TOKEN: &str = "chime_test_admin_token_0123456789abcdef0123456789";

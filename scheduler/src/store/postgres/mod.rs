@@ -23,7 +23,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use sqlx::{
     PgPool,
-    postgres::{PgConnectOptions, PgListener, PgPoolOptions},
+    postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgSslMode},
 };
 use uuid::Uuid;
 
@@ -43,6 +43,22 @@ pub struct PostgresStore {
     shard_count: u32,
 }
 
+/// `sslmode=require` with a CA bundle (`sslrootcert`) verifies the server's certificate
+/// against it, as libpq does (sqlx alone would encrypt without verifying). Without a CA
+/// bundle, `require` encrypts only; `verify-full` also checks the host name.
+fn tls_like_libpq(url: &str, options: PgConnectOptions) -> PgConnectOptions {
+    let query = url.split_once('?').map_or("", |(_, query)| query);
+    let has_root_cert = query.split('&').any(|pair| {
+        let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+        ["sslrootcert", "ssl-root-cert", "ssl-ca"].contains(&key.to_ascii_lowercase().as_str())
+    });
+    if has_root_cert && matches!(options.get_ssl_mode(), PgSslMode::Require) {
+        options.ssl_mode(PgSslMode::VerifyCa)
+    } else {
+        options
+    }
+}
+
 impl PostgresStore {
     /// Connects to `url`, applies migrations, and creates the cluster with
     /// `shard_count` shards unless it exists (an existing cluster keeps its count).
@@ -53,7 +69,7 @@ impl PostgresStore {
         // JIT off: chimed's statements are short, and the reconciler's page query over a
         // large backlog is estimated above `jit_above_cost`, so every pass paid tens of
         // milliseconds of compilation for a query that runs in a few.
-        let options = PgConnectOptions::from_str(url)?.options([
+        let options = tls_like_libpq(url, PgConnectOptions::from_str(url)?).options([
             (
                 "idle_in_transaction_session_timeout",
                 IDLE_IN_TRANSACTION_TIMEOUT,
