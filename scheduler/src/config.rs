@@ -16,7 +16,7 @@ use crate::{
         tls::{MissingTlsSetting, TlsFiles},
     },
     dispatch::ObserverCopies,
-    domain::duration::HumanDuration,
+    domain::{duration::HumanDuration, reply_auth::ReplyUsers},
 };
 pub use crate::{dispatch::MIN_REPUBLISH_AFTER, telemetry::LogFormat};
 
@@ -41,6 +41,9 @@ pub struct Config {
     /// `http_tls_cert_file` and `http_tls_key_file`: serve the API over HTTPS with this
     /// certificate and key; `None` (both unset) serves plain HTTP.
     pub http_tls: Option<TlsFiles>,
+    /// `reply_users`: which RabbitMQ users may answer for which groups; `None` (unset)
+    /// lets any user answer.
+    pub reply_users: Option<ReplyUsers>,
     /// `payload_limit`: largest job payload in bytes of JSON.
     pub payload_limit: usize,
     /// `lookahead`: the timer's look-ahead window.
@@ -277,6 +280,7 @@ impl Layers {
                 MissingTlsSetting::Key => parse("http_tls_cert_file").invalid(missing.to_string()),
                 MissingTlsSetting::Cert => parse("http_tls_key_file").invalid(missing.to_string()),
             })?,
+            reply_users: parse("reply_users").with(ReplyUsers::parse)?,
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
             fire_ahead: parse("fire_ahead").duration()?,

@@ -73,6 +73,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "PEM private key (PKCS#8, PKCS#1 or SEC1) of http_tls_cert_file's certificate; reloaded with it",
     },
     Setting {
+        key: "reply_users",
+        env: "CHIME_REPLY_USERS",
+        default: "",
+        doc: "RabbitMQ users allowed to answer for each consumer group, as group=user entries separated by commas (a group may repeat; * stands for every group), e.g. orders=shop-app,*=ops: a reply, presence message or observer registration whose validated user_id is missing or not allowed is dead-lettered and counted; unset: any user (single-tenant)",
+    },
+    Setting {
         key: "payload_limit",
         env: "CHIME_PAYLOAD_LIMIT",
         default: "256KiB",

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod misfire;
 pub mod overlap;
 pub mod receipt;
+pub mod reply_auth;
 pub mod retry;
 pub mod run;
 pub mod schedule;
