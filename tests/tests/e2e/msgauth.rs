@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use chime_consumer::protocol::{dead_letter::REJECT_REASON_HEADER, topology};
-use chime_tests::{api::metric, vhost::TestUser, wait};
+use chime_tests::{TestConsumer, api::metric, vhost::TestUser, wait};
 use lapin::{
     BasicProperties, Channel,
     options::{BasicGetOptions, BasicPublishOptions},
@@ -173,4 +173,40 @@ async fn another_apps_user_cannot_settle_a_run_and_is_refused_and_counted() {
         let _ = connection.close(200, "done".into()).await;
     }
     drop(s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apps_own_consumer_settles_its_runs_under_reply_users() {
+    let mut app_a = TestUser::new("chime-app-a");
+    let rule = format!("ga={}", app_a.name());
+    let s = Setup::with_env(StoreKind::Sqlite, &[("CHIME_REPLY_USERS", &rule)]).await;
+    app_a.grant(&s.vhost, ".*", ".*", ".*");
+    // The library stamps every reply with its connection's user.
+    let consumer = TestConsumer::start(&app_a.amqp_url(), "ga", "a-1", &[]).await;
+    let job = s
+        .chimed
+        .api
+        .create_job(json!({
+            "app": "a", "name": "own",
+            "schedule": {"every": "1h"},
+            "target": {"group": "ga"},
+        }))
+        .await;
+    let run = s.chimed.api.trigger(job["id"].as_str().unwrap()).await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let done = s
+        .chimed
+        .api
+        .wait_run(&run_id, "the app's consumer to settle it", |r| {
+            r["state"] == "succeeded"
+        })
+        .await;
+    assert_eq!(done["consumer"], "a-1", "{done}");
+    let metrics = s.chimed.api.metrics().await;
+    assert_eq!(
+        metric(&metrics, r#"chime_rejected_replies_total{reason="user"}"#),
+        0.0,
+        "presence and replies of the app's own user are accepted: {metrics}"
+    );
+    consumer.kill().await;
 }
