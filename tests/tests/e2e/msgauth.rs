@@ -210,3 +210,141 @@ async fn an_apps_own_consumer_settles_its_runs_under_reply_users() {
     );
     consumer.kill().await;
 }
+
+/// Users the permissions script made for one test, deleted on drop.
+struct ScriptUsers(Vec<String>);
+
+impl Drop for ScriptUsers {
+    fn drop(&mut self) {
+        for user in &self.0 {
+            let _ = chime_tests::vhost::rabbitmqctl_output(&["delete_user", user]);
+        }
+    }
+}
+
+/// Whether `result` is the broker refusing access (403).
+fn refused<T: std::fmt::Debug>(result: Result<T, lapin::Error>) -> bool {
+    match result {
+        Err(error) => error.to_string().contains("ACCESS_REFUSED"),
+        Ok(value) => panic!("the broker allowed it: {value:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_permissions_script_confines_each_app_to_its_groups_and_topics() {
+    let vhost = chime_tests::TestVhost::new();
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let (sched, user_a, user_b) = (
+        format!("chime-sched-{id}"),
+        format!("chime-a-{id}"),
+        format!("chime-b-{id}"),
+    );
+    let _users = ScriptUsers(vec![sched.clone(), user_a.clone(), user_b.clone()]);
+    let passwords = chime_tests::binaries::scratch_dir("rabbitmq-passwords");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rabbitmq/permissions.sh");
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .args(["--vhost", vhost.name(), "--scheduler", &sched])
+        .args(["--app", &format!("{user_a}:shop:ga")])
+        .args(["--app", &format!("{user_b}:billing:gb")])
+        .arg("--password-dir")
+        .arg(&passwords)
+        .output()
+        .expect("run permissions.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("CHIME_REPLY_USERS=ga={user_a},gb={user_b}")),
+        "{stdout}"
+    );
+    let url = |user: &str| {
+        let password = std::fs::read_to_string(passwords.join(user)).expect("password file");
+        assert!(!stdout.contains(password.trim()), "no password is printed");
+        format!(
+            "amqp://{user}:{}@{}/{}",
+            password.trim(),
+            std::env::var("CHIME_TEST_AMQP_ADDR").unwrap_or_else(|_| "127.0.0.1:5672".into()),
+            vhost.name()
+        )
+    };
+    let connect = |url: String| async move {
+        lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+            .await
+            .expect("connect")
+    };
+
+    // The scheduler declares the topology.
+    let scheduler = connect(url(&sched)).await;
+    let channel = scheduler.create_channel().await.expect("channel");
+    topology::declare_replies(&scheduler, &channel)
+        .await
+        .expect("replies");
+    for group in ["ga", "gb"] {
+        topology::declare_group(&scheduler, &channel, group)
+            .await
+            .expect("the scheduler declares every group");
+    }
+
+    // App A's consumer declares what it uses, and may publish replies...
+    let app_a = connect(url(&user_a)).await;
+    let channel = app_a.create_channel().await.expect("channel");
+    channel
+        .confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .expect("confirm mode");
+    topology::declare_replies(&app_a, &channel)
+        .await
+        .expect("replies");
+    topology::declare_group(&app_a, &channel, "ga")
+        .await
+        .expect("its own group");
+    reply_as(&channel, Some(&user_a), &json!({"v": 1})).await;
+    // ...and its observers bind to its own tasks only.
+    topology::declare_observer(&app_a, &channel, "shop-audit", &["shop.*".to_string()])
+        .await
+        .expect("an observer of its own app");
+    let other = app_a.create_channel().await.expect("channel");
+    assert!(refused(
+        topology::declare_observer(&app_a, &other, "shop-spy", &["billing.*".to_string()]).await
+    ));
+    // Another app's group, tasks and queues are out of reach.
+    let other = app_a.create_channel().await.expect("channel");
+    assert!(refused(topology::declare_group(&app_a, &other, "gb").await));
+    let other = app_a.create_channel().await.expect("channel");
+    assert!(refused(
+        other
+            .basic_get(
+                topology::group_queue("gb").as_str().into(),
+                lapin::options::BasicGetOptions::default()
+            )
+            .await
+    ));
+    let other = app_a.create_channel().await.expect("channel");
+    let published = other
+        .basic_publish(
+            topology::TASK_EXCHANGE.into(),
+            "gb".into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            BasicProperties::default(),
+        )
+        .await;
+    // A refused publish closes the channel asynchronously: the next call sees it.
+    let _ = published;
+    let after = other
+        .basic_get(
+            topology::group_queue("ga").as_str().into(),
+            lapin::options::BasicGetOptions::default(),
+        )
+        .await;
+    assert!(after.is_err(), "publishing a task closed the channel");
+    for connection in [scheduler, app_a] {
+        let _ = connection.close(200, "done".into()).await;
+    }
+    let _ = std::fs::remove_dir_all(&passwords);
+}
