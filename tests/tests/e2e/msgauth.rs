@@ -45,8 +45,12 @@ async fn reply_as(channel: &Channel, user_id: Option<&str>, body: &serde_json::V
     assert!(confirm.take_message().is_none(), "reply not routed");
 }
 
-/// The reasons of the messages in the reply DLQ (taking them).
-async fn dead_letter_reasons(s: &Setup, expected: usize) -> Vec<(serde_json::Value, String)> {
+/// The body, reason and publisher (`x-chime-published-by`) of each message in the reply
+/// DLQ (taking them).
+async fn dead_letter_reasons(
+    s: &Setup,
+    expected: usize,
+) -> Vec<(serde_json::Value, String, Option<String>)> {
     wait::until(
         "the refused replies in the DLQ",
         Duration::from_secs(30),
@@ -71,7 +75,16 @@ async fn dead_letter_reasons(s: &Setup, expected: usize) -> Vec<(serde_json::Val
             Some(AMQPValue::LongString(reason)) => reason.to_string(),
             other => panic!("no reason header: {other:?}"),
         };
-        reasons.push((body, reason));
+        let published_by = match headers.inner().get("x-chime-published-by") {
+            Some(AMQPValue::LongString(user)) => Some(user.to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            message.delivery.properties.user_id(),
+            &None,
+            "chimed's dead letter carries no user_id"
+        );
+        reasons.push((body, reason, published_by));
     }
     let _ = connection.close(200, "done".into()).await;
     reasons
@@ -132,6 +145,8 @@ async fn another_apps_user_cannot_settle_a_run_and_is_refused_and_counted() {
     );
     assert!(reasons[1].1.contains("may not answer"), "{reasons:?}");
     assert!(reasons[2].1.contains("no user_id"), "{reasons:?}");
+    assert_eq!(reasons[0].2.as_deref(), Some(app_b.name()), "{reasons:?}");
+    assert_eq!(reasons[2].2, None, "{reasons:?}");
     let metrics = s.chimed.api.metrics().await;
     assert_eq!(
         metric(&metrics, r#"chime_rejected_replies_total{reason="user"}"#),
