@@ -252,6 +252,13 @@ impl TlsOptions {
     }
 }
 
+/// Checks a RabbitMQ URL: `amqp://` or `amqps://`, parseable, TLS options only with
+/// `amqps://`, and the CA bundle and client certificate it names readable PEM files.
+/// The error never contains a secret of `url`.
+pub fn check_amqp_url(url: &str) -> Result<(), String> {
+    BrokerUrl::check(url).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,5 +332,24 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("hunter22"), "{err}");
+    }
+
+    #[test]
+    fn amqps_is_accepted_and_other_schemes_refused_without_secrets() {
+        assert_eq!(
+            check_amqp_url("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            Ok(())
+        );
+        assert_eq!(check_amqp_url("amqps://u:topsecret@h:5671/%2f"), Ok(()));
+        assert_eq!(check_amqp_url("AMQPS://h"), Ok(()));
+        for bad in [
+            "http://u:topsecret@h/",
+            "amqp://u:topsecret@h:notaport/%2f",
+            "guest:topsecret@localhost:5672",
+            "amqps://u:topsecret@h/%2f?cacertfile=/no/such/ca.pem",
+        ] {
+            let err = check_amqp_url(bad).unwrap_err();
+            assert!(!err.contains("topsecret"), "{bad}: {err}");
+        }
     }
 }

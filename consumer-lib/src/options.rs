@@ -6,7 +6,7 @@ use crate::error::ConsumerError;
 
 /// Checks `amqp_url` (`amqp://`, or `amqps://` with readable TLS files).
 pub(crate) fn check_url(amqp_url: &str) -> Result<(), ConsumerError> {
-    crate::url::check_amqp_url(amqp_url).map_err(|reason| ConsumerError::InvalidOption {
+    crate::connect::check_amqp_url(amqp_url).map_err(|reason| ConsumerError::InvalidOption {
         option: "amqp_url",
         reason,
     })

@@ -3,7 +3,7 @@
 //! start-up logs, connection errors) goes through [`redact`] or [`scrub`], so a password
 //! — in the userinfo (`user:secret@`) or a query parameter (`?password=`) — never
 //! reaches a log or an error. What a broker URL may say (`amqps://` and its TLS query
-//! parameters) is parsed in [`crate::connect`].
+//! parameters) is parsed where connections are made, in the `connect` module.
 
 /// `url` with its password and secret query parameters replaced by `***`:
 /// `postgres://u:***@h/db?password=***&sslmode=disable`.
@@ -43,13 +43,6 @@ pub fn scrub(text: &str, url: &str) -> String {
         }
     }
     out
-}
-
-/// Checks a RabbitMQ URL: `amqp://` or `amqps://`, parseable, TLS options only with
-/// `amqps://`, and the CA bundle and client certificate it names readable PEM files.
-/// The error never contains a secret of `url`.
-pub fn check_amqp_url(url: &str) -> Result<(), String> {
-    crate::connect::BrokerUrl::check(url).map(|_| ())
 }
 
 /// Byte range of the userinfo (`user:pass`) in `base` (a URL without its query; one
@@ -150,24 +143,5 @@ mod tests {
             assert!(!scrubbed.contains(secret), "{scrubbed}");
         }
         assert!(scrubbed.contains("postgres://u:***@h/db"), "{scrubbed}");
-    }
-
-    #[test]
-    fn amqps_is_accepted_and_other_schemes_refused_without_secrets() {
-        assert_eq!(
-            check_amqp_url("amqp://guest:guest@127.0.0.1:5672/%2f"),
-            Ok(())
-        );
-        assert_eq!(check_amqp_url("amqps://u:topsecret@h:5671/%2f"), Ok(()));
-        assert_eq!(check_amqp_url("AMQPS://h"), Ok(()));
-        for bad in [
-            "http://u:topsecret@h/",
-            "amqp://u:topsecret@h:notaport/%2f",
-            "guest:topsecret@localhost:5672",
-            "amqps://u:topsecret@h/%2f?cacertfile=/no/such/ca.pem",
-        ] {
-            let err = check_amqp_url(bad).unwrap_err();
-            assert!(!err.contains("topsecret"), "{bad}: {err}");
-        }
     }
 }

@@ -16,7 +16,7 @@ use crate::{
         tls::{MissingTlsSetting, TlsFiles},
     },
     dispatch::ObserverCopies,
-    domain::duration::HumanDuration,
+    domain::{duration::HumanDuration, reply_auth::ReplyUsers},
 };
 pub use crate::{dispatch::MIN_REPUBLISH_AFTER, telemetry::LogFormat};
 
@@ -43,6 +43,9 @@ pub struct Config {
     pub http_tls: Option<TlsFiles>,
     /// `app_max_jobs` and `app_max_groups`: per-app quotas.
     pub quotas: crate::domain::quota::Quotas,
+    /// `reply_users`: which RabbitMQ users may answer for which groups; `None` (unset)
+    /// lets any user answer.
+    pub reply_users: Option<ReplyUsers>,
     /// `payload_limit`: largest job payload in bytes of JSON.
     pub payload_limit: usize,
     /// `lookahead`: the timer's look-ahead window.
@@ -350,6 +353,7 @@ impl Layers {
                 max_jobs: parse("app_max_jobs").with(parse_count)?,
                 max_groups: parse("app_max_groups").with(parse_count)?,
             },
+            reply_users: parse("reply_users").with(ReplyUsers::parse)?,
             payload_limit: parse("payload_limit").with(parse_size)?,
             lookahead: parse("lookahead").duration()?,
             fire_ahead: parse("fire_ahead").duration()?,

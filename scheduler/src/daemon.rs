@@ -133,7 +133,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             progress: reply_progress,
         },
         dispatch.clone(),
-    );
+    )
+    .with_reply_users(config.reply_users.clone());
     let dead_letters = Arc::new(DeadLetters::new(
         store.clone(),
         &config.amqp_url,

@@ -227,6 +227,96 @@ impl TestVhost {
     }
 }
 
+/// A RabbitMQ user for one test (users are broker-wide; permissions are per vhost),
+/// deleted on drop.
+#[derive(Debug)]
+pub struct TestUser {
+    name: String,
+    password: String,
+    vhost: Option<String>,
+}
+
+impl TestUser {
+    /// Creates a user with a unique name starting with `prefix` and no permissions.
+    pub fn new(prefix: &str) -> Self {
+        let name = format!("{prefix}-{}", uuid::Uuid::now_v7().simple());
+        // A v7 id carries 74 random bits: enough for a throwaway test password.
+        let password = uuid::Uuid::now_v7().simple().to_string();
+        rabbitmqctl(&["add_user", &name, &password]).expect("add a test user");
+        Self {
+            name,
+            password,
+            vhost: None,
+        }
+    }
+
+    /// Allows the user `configure`, `write` and `read` (regexes on resource names) on
+    /// `vhost`, where [`TestUser::amqp_url`] then connects.
+    pub fn grant(&mut self, vhost: &TestVhost, configure: &str, write: &str, read: &str) {
+        rabbitmqctl(&[
+            "set_permissions",
+            "-p",
+            vhost.name(),
+            &self.name,
+            configure,
+            write,
+            read,
+        ])
+        .expect("set the test user's permissions");
+        self.vhost = Some(vhost.name().to_string());
+    }
+
+    /// Allows the user to publish and bind on `exchange` of `vhost` only with routing keys
+    /// matching `write` and `read` (RabbitMQ topic permissions).
+    pub fn grant_topic(&self, vhost: &TestVhost, exchange: &str, write: &str, read: &str) {
+        rabbitmqctl(&[
+            "set_topic_permissions",
+            "-p",
+            vhost.name(),
+            &self.name,
+            exchange,
+            write,
+            read,
+        ])
+        .expect("set the test user's topic permissions");
+    }
+
+    /// The user's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The AMQP URL of the vhost last granted, for this user.
+    pub fn amqp_url(&self) -> String {
+        format!(
+            "amqp://{}:{}@{}/{}",
+            self.name,
+            self.password,
+            broker_addr(),
+            self.vhost.as_deref().unwrap_or("%2f")
+        )
+    }
+
+    /// A connection as this user, and a channel with publisher confirms.
+    pub async fn channel(&self) -> (Connection, Channel) {
+        let connection = Connection::connect(&self.amqp_url(), ConnectionProperties::default())
+            .await
+            .expect("connect as the test user");
+        let channel = connection.create_channel().await.expect("open a channel");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm mode");
+        (connection, channel)
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = rabbitmqctl(&["delete_user", &self.name]);
+    }
+}
+
 impl Default for TestVhost {
     fn default() -> Self {
         Self::new()

@@ -19,6 +19,8 @@ use crate::{
 const INSTANCE_ENV: &str = "CHIME_INSTANCE";
 /// Environment variable with the default zone.
 const ZONE_ENV: &str = "CHIME_ZONE";
+/// Environment variable with the default scheduler user.
+const SCHEDULER_USER_ENV: &str = "CHIME_SCHEDULER_USER";
 
 /// Builds a [`Consumer`]. Every option has a default except the broker URL and the group.
 ///
@@ -37,6 +39,7 @@ pub struct ConsumerBuilder {
     drain_timeout: Duration,
     heartbeat_interval: Duration,
     batch_replies: bool,
+    scheduler_user: Option<String>,
     idempotency: Arc<dyn IdempotencyStore>,
     handlers: HashMap<String, Registered>,
     fallback: Option<Registered>,
@@ -55,6 +58,7 @@ impl ConsumerBuilder {
             drain_timeout: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(10),
             batch_replies: true,
+            scheduler_user: None,
             idempotency: Arc::new(MemoryStore::default()),
             handlers: HashMap::new(),
             fallback: None,
@@ -133,6 +137,18 @@ impl ConsumerBuilder {
     /// Default: on.
     pub fn batch_replies(mut self, on: bool) -> Self {
         self.batch_replies = on;
+        self
+    }
+
+    /// The RabbitMQ user `chimed` publishes tasks as. When set, a task whose validated
+    /// `user_id` property is missing or another user's is not run: it is dead-lettered
+    /// (rejected without requeue) and counted in
+    /// `chime_consumer_refused_tasks_total{reason="user"}`. RabbitMQ checks `user_id`
+    /// against the publishing connection, so only that user can publish tasks this
+    /// instance runs. Default: `CHIME_SCHEDULER_USER` if set and not empty, else unset
+    /// (tasks from any user run).
+    pub fn scheduler_user(mut self, user: impl Into<String>) -> Self {
+        self.scheduler_user = Some(user.into());
         self
     }
 
@@ -236,6 +252,10 @@ impl ConsumerBuilder {
                 drain_timeout: self.drain_timeout,
                 heartbeat_interval: self.heartbeat_interval,
                 batch_replies: self.batch_replies,
+                scheduler_user: resolve_zone(
+                    self.scheduler_user,
+                    std::env::var(SCHEDULER_USER_ENV).ok(),
+                ),
             }),
             idempotency: self.idempotency,
             handlers: Arc::new(Handlers {
@@ -254,8 +274,8 @@ fn resolve_instance(explicit: Option<String>, env: Option<String>) -> String {
         .unwrap_or_else(default_instance_id)
 }
 
-/// The zone: the one set on the builder, else `env` (the value of [`ZONE_ENV`]) unless
-/// empty, else none.
+/// The zone (or scheduler user): the one set on the builder, else `env` (the value of
+/// [`ZONE_ENV`] or [`SCHEDULER_USER_ENV`]) unless empty, else none.
 fn resolve_zone(explicit: Option<String>, env: Option<String>) -> Option<String> {
     explicit.or_else(|| env.filter(|zone| !zone.is_empty()))
 }

@@ -45,6 +45,17 @@ pub(super) async fn process(
     replies: &ReplyPublisher,
     settler: &Settler,
 ) {
+    if let Some(expected) = &shared.settings.scheduler_user {
+        let user = delivery.properties.user_id().as_ref().map(|u| u.as_str());
+        if user != Some(expected.as_str()) {
+            warn!(user, expected = %expected, group = %shared.settings.group,
+                "dead-lettering a task not published by the scheduler's user");
+            metrics::counter!("chime_consumer_refused_tasks_total", "reason" => "user")
+                .increment(1);
+            settler.dead_letter(&delivery);
+            return;
+        }
+    }
     let task = match TaskMessage::from_slice(&delivery.data) {
         Ok(task) => task,
         Err(error) => {

@@ -72,7 +72,14 @@ struct Queued {
 impl ReplyPublisher {
     /// Publishes on `channel` (in confirm mode) as consumer `instance`. With `batch`
     /// false every reply is its own message, for a scheduler older than batches.
-    pub(crate) fn new(channel: Channel, instance: String, batch: bool) -> Self {
+    /// A publisher on `channel` for `instance`, stamping each message with `user_id`
+    /// (the connection's user, see [`crate::protocol::user_id`]) when known.
+    pub(crate) fn new(
+        channel: Channel,
+        instance: String,
+        batch: bool,
+        user_id: Option<String>,
+    ) -> Self {
         let (queue, queued) = mpsc::unbounded_channel();
         // Unbatched, nothing waits: replies are pipelined, each its own message.
         let (max_replies, max_in_flight) = if batch {
@@ -85,6 +92,7 @@ impl ReplyPublisher {
             queued,
             max_replies,
             max_in_flight,
+            user_id,
         ));
         Self {
             queue,
@@ -242,6 +250,7 @@ async fn publish_queued(
     mut queued: mpsc::UnboundedReceiver<Queued>,
     max_replies: usize,
     max_in_flight: usize,
+    user_id: Option<String>,
 ) {
     let mut in_flight = FuturesUnordered::new();
     let mut open = true;
@@ -254,7 +263,7 @@ async fn publish_queued(
                     continue;
                 };
                 let batch = take_batch(first, &mut queued, max_replies);
-                in_flight.push(publish_batch(&channel, batch).await);
+                in_flight.push(publish_batch(&channel, batch, user_id.as_deref()).await);
             }
         }
     }
@@ -285,6 +294,7 @@ fn take_batch(
 async fn publish_batch(
     channel: &Channel,
     mut batch: Vec<Queued>,
+    user_id: Option<&str>,
 ) -> impl Future<Output = ()> + use<> {
     let (body, message_id) = if batch.len() == 1 {
         let one = &mut batch[0];
@@ -299,10 +309,13 @@ async fn publish_batch(
             .collect();
         (ReplyBatch::body_of(&bodies), "batch".to_string())
     };
-    let properties = BasicProperties::default()
+    let mut properties = BasicProperties::default()
         .with_content_type("application/json".into())
         .with_delivery_mode(2)
         .with_message_id(message_id.into());
+    if let Some(user) = user_id {
+        properties = properties.with_user_id(user.into());
+    }
     let published = channel
         .basic_publish(
             topology::REPLY_EXCHANGE.into(),

@@ -29,7 +29,7 @@ use super::{
     shared::{Settings, Shared},
 };
 use crate::{
-    protocol::topology,
+    protocol::{topology, user_id},
     reconnect::{SessionEnd, Supervised},
 };
 
@@ -133,6 +133,7 @@ impl Session {
             publish_channel,
             settings.instance.clone(),
             settings.batch_replies,
+            user_id::connection_user(&settings.amqp_url),
         );
         let presence = presence::start(settings, &replies);
         Ok(Self {

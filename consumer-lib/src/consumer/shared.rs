@@ -39,6 +39,9 @@ pub(crate) struct Settings {
     pub(crate) heartbeat_interval: Duration,
     /// Whether replies may travel as batch messages.
     pub(crate) batch_replies: bool,
+    /// Only tasks whose validated `user_id` is this user run (see
+    /// [`crate::ConsumerBuilder::scheduler_user`]).
+    pub(crate) scheduler_user: Option<String>,
 }
 
 /// A handler as registered for a job name.

@@ -44,7 +44,12 @@ pub(super) async fn register(
         .await?;
     topology::declare_replies(connection, &channel).await?;
     // One registration at a time: nothing to batch.
-    let replies = ReplyPublisher::new(channel, settings.name.clone(), false);
+    let replies = ReplyPublisher::new(
+        channel,
+        settings.name.clone(),
+        false,
+        crate::protocol::user_id::connection_user(&settings.amqp_url),
+    );
     announce(&replies, settings).await?;
     let stop = CancellationToken::new();
     let guard = stop.clone().drop_guard();

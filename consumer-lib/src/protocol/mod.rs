@@ -11,6 +11,7 @@ pub mod messages;
 pub mod run_id;
 pub mod topic;
 pub mod topology;
+pub mod user_id;
 
 pub use dead_letter::DeadLetterMessage;
 pub use messages::{

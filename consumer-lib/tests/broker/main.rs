@@ -8,3 +8,4 @@ mod dead_letter_queues;
 mod modes;
 mod settlement;
 mod support;
+mod task_user;

@@ -97,6 +97,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "most distinct consumer groups one app's jobs may target (each is a quorum queue on the broker; 0: no limit); a job for one more is refused 403 quota_exceeded",
     },
     Setting {
+        key: "reply_users",
+        env: "CHIME_REPLY_USERS",
+        default: "",
+        doc: "RabbitMQ users allowed to answer for each consumer group, as group=user entries separated by commas (a group may repeat; * stands for every group), e.g. orders=shop-app,*=ops: a reply, presence message or observer registration whose validated user_id is missing or not allowed is dead-lettered and counted; unset: any user (single-tenant)",
+    },
+    Setting {
         key: "payload_limit",
         env: "CHIME_PAYLOAD_LIMIT",
         default: "256KiB",

@@ -333,3 +333,16 @@ fn a_password_in_a_flag_is_warned_about_without_showing_it() {
         .unwrap();
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
 }
+
+#[test]
+fn reply_users_default_to_any_user_and_parse_from_the_environment() {
+    assert_eq!(Config::default().reply_users, None);
+    let env = |var: &str| (var == "CHIME_REPLY_USERS").then(|| "orders=shop,*=ops".to_string());
+    let config = Layers::new().env(env).build().unwrap();
+    let users = config.reply_users.expect("set");
+    assert!(users.check_group(Some("shop"), "orders").is_ok());
+    assert!(users.check_group(Some("shop"), "billing").is_err());
+    let env = |var: &str| (var == "CHIME_REPLY_USERS").then(|| "orders".to_string());
+    let err = Layers::new().env(env).build().unwrap_err().to_string();
+    assert!(err.starts_with("invalid reply_users"), "{err}");
+}

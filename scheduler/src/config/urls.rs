@@ -9,7 +9,7 @@ use std::{path::Path, str::FromStr};
 use chime_consumer::{tls, url::scrub};
 use sqlx::postgres::PgConnectOptions;
 
-pub use chime_consumer::url::check_amqp_url;
+pub use chime_consumer::connect::check_amqp_url;
 
 /// Checks `database_url`: `sqlite:` or `postgres:`/`postgresql:` that parses; the
 /// `sslrootcert`, `sslcert` and `sslkey` files it names (unless given inline as PEM)

@@ -79,6 +79,8 @@ pub(super) struct Publishing {
     refused: HashMap<String, (std::time::Instant, String)>,
     /// Writes publish outcomes to the store (set while running).
     pub(super) marker: Option<Marker>,
+    /// The `user_id` stamped on tasks: the connection's user, when the URL tells it.
+    user_id: Option<String>,
     /// Which tasks get an observer copy.
     observed: ObservedTopics,
 }
@@ -89,8 +91,10 @@ impl Publishing {
         store: Arc<dyn Store>,
         ownership: Ownership,
         observed: ObservedTopics,
+        user_id: Option<String>,
     ) -> Self {
         Self {
+            user_id,
             store,
             ownership,
             queued: HashSet::new(),
@@ -252,6 +256,7 @@ impl Publishing {
                 published_at,
                 self.ownership.node(),
                 self.observed.wants_copy(&task.app, &task.job),
+                self.user_id.as_deref(),
             ));
             going.push(outgoing);
         }
@@ -484,16 +489,26 @@ struct TaskPublish {
 }
 
 impl TaskPublish {
-    fn of(task: &TaskMessage, published_at: DateTime<Utc>, node: &str, copied: bool) -> Self {
+    fn of(
+        task: &TaskMessage,
+        published_at: DateTime<Utc>,
+        node: &str,
+        copied: bool,
+        user_id: Option<&str>,
+    ) -> Self {
         let (exchange, routing_key) = topology::task_route(task);
+        let mut properties = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2)
+            .with_message_id(task.task_id.to_string().into())
+            .with_timestamp(published_at.timestamp() as u64)
+            .with_app_id(node.into());
+        if let Some(user) = user_id {
+            properties = properties.with_user_id(user.into());
+        }
         Self {
             body: task.to_vec(),
-            properties: BasicProperties::default()
-                .with_content_type("application/json".into())
-                .with_delivery_mode(2)
-                .with_message_id(task.task_id.to_string().into())
-                .with_timestamp(published_at.timestamp() as u64)
-                .with_app_id(node.into()),
+            properties,
             exchange,
             routing_key,
             mandatory: topology::task_is_mandatory(task),

@@ -189,9 +189,13 @@ impl Dispatcher {
             changes: changes.clone(),
         };
         let observed = ObservedTopics::start(store.clone(), observer_copies);
+        let amqp_url = amqp_url.into();
+        // Tasks carry chimed's user as their validated `user_id`, which consumers with a
+        // `scheduler_user` check.
+        let user_id = chime_consumer::protocol::user_id::connection_user(&amqp_url);
         let dispatcher = Self {
-            publishing: Publishing::new(store, ownership, observed),
-            amqp_url: amqp_url.into(),
+            publishing: Publishing::new(store, ownership, observed, user_id),
+            amqp_url,
             rx,
             connected,
             pending: VecDeque::new(),

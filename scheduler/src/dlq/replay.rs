@@ -157,10 +157,17 @@ impl DeadLetters {
             Replay::Revived(item) => {
                 let task = item.job.task_message(&item.run);
                 self.publisher.declare_destination(&task).await?;
-                let properties = BasicProperties::default()
+                let mut properties = BasicProperties::default()
                     .with_content_type("application/json".into())
                     .with_message_id(task.task_id.to_string().into())
                     .with_app_id(self.node.as_str().into());
+                // Like every task: stamped with chimed's user, which consumers with a
+                // `scheduler_user` check.
+                if let Some(user) =
+                    chime_consumer::protocol::user_id::connection_user(&self.amqp_url)
+                {
+                    properties = properties.with_user_id(user.into());
+                }
                 // On failure the run stays `scheduled` and the reconciler publishes it;
                 // the DLQ copy stays too.
                 let (exchange, routing_key) = topology::task_route(&task);

@@ -14,6 +14,7 @@ pub mod misfire;
 pub mod overlap;
 pub mod quota;
 pub mod receipt;
+pub mod reply_auth;
 pub mod retry;
 pub mod run;
 pub mod schedule;

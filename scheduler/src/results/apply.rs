@@ -24,6 +24,7 @@ use chime_consumer::{
 };
 
 use super::{
+    auth::MAX_STORE_WAIT,
     progress::ReplyProgress,
     receive::Received,
     reject::{RejectKind, Rejects},
@@ -34,10 +35,6 @@ use crate::{
     store::{ReplyApplied, ReplyEffect, Store, StoreError},
     telemetry,
 };
-
-/// Longest a reply is held while the store is unavailable, well below RabbitMQ's
-/// 30-minute consumer timeout.
-pub const MAX_STORE_WAIT: Duration = Duration::from_secs(20 * 60);
 
 /// Why replies were not applied.
 enum Unapplied {

@@ -16,8 +16,10 @@ use tracing::{info, warn};
 
 use chime_consumer::{backoff::Backoff, protocol::topology};
 
-use super::{apply::Applier, progress, progress::ReplyProgress, receive, reject::Rejects};
-use crate::{broker, dispatch::DispatchHandle, store::Store};
+use super::{
+    apply::Applier, auth::ReplyAuth, progress, progress::ReplyProgress, receive, reject::Rejects,
+};
+use crate::{broker, dispatch::DispatchHandle, domain::reply_auth::ReplyUsers, store::Store};
 
 /// Replies RabbitMQ may push ahead of the collector.
 const PREFETCH: u16 = 250;
@@ -40,6 +42,8 @@ pub struct ResultCollector {
     rejects: Rejects,
     /// Applies the gathered batches.
     applier: Applier,
+    /// Who may answer for what; `None` lets any user answer.
+    auth: Option<ReplyAuth>,
 }
 
 /// How the collector measures its progress through the reply queue (see [`progress`]).
@@ -69,7 +73,15 @@ impl ResultCollector {
             rejects: Rejects::new(&amqp_url),
             amqp_url,
             probes,
+            auth: None,
         }
+    }
+
+    /// Refuses replies whose validated `user_id` `users` do not allow (the
+    /// `reply_users` setting); `None` lets any user answer.
+    pub fn with_reply_users(mut self, users: Option<ReplyUsers>) -> Self {
+        self.auth = users.map(|users| ReplyAuth::new(users, self.store.clone()));
+        self
     }
 
     /// Consumes until `cancel` fires, reconnecting with backoff after broker failures,
@@ -136,8 +148,14 @@ impl ResultCollector {
             let ended = loop {
                 match next {
                     Some(Some(Ok(delivery))) => {
-                        if let Some(received) =
-                            receive::receive(delivery, &self.rejects, self.store.as_ref()).await
+                        if let Some(received) = receive::receive(
+                            delivery,
+                            &self.rejects,
+                            self.store.as_ref(),
+                            self.auth.as_ref(),
+                            cancel,
+                        )
+                        .await
                         {
                             replies += received.replies.len();
                             batch.push(received);

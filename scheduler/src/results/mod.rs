@@ -10,6 +10,9 @@
 //!   with its reason in the `x-chime-reject-reason` header, and counted by reason
 //!   ([`reject`]); in a batch, only the bad item is, and the other items are applied. It
 //!   never stops the collector.
+//! - With `reply_users` set, a reply, presence message or observer registration whose
+//!   validated `user_id` may not send it is dead-lettered with reason `user` and changes
+//!   nothing in the store ([`auth`], rule in [`crate::domain::reply_auth`]).
 //! - When the store is unavailable the collector holds the replies and retries with
 //!   backoff (up to [`MAX_STORE_WAIT`]) instead of requeueing them: every return to a
 //!   quorum queue counts towards its delivery limit, and a requeue loop would
@@ -27,13 +30,14 @@
 //! applying a batch to the store in `apply.rs`, the progress probes in `progress.rs`.
 
 mod apply;
+mod auth;
 mod collector;
 mod progress;
 mod receive;
 mod reject;
 mod validate;
 
-pub use apply::MAX_STORE_WAIT;
+pub use auth::MAX_STORE_WAIT;
 pub use collector::{MAX_BATCH_REPLIES, Probes, ResultCollector};
 pub use progress::ReplyProgress;
 pub use receive::REPLY_REJECTED;

@@ -1,15 +1,22 @@
 //! Turning a delivery from the reply queue into what the collector applies
 //! ([`Received`]): a progress probe, or the replies of a message (one reply or a batch)
 //! that parse and pass [`super::validate`]. What is refused is dead-lettered with its
-//! reason ([`super::reject`]) and noted on its run's history (event [`REPLY_REJECTED`]).
+//! reason ([`super::reject`]) and noted on its run's history (event [`REPLY_REJECTED`]),
+//! except a reply refused for its publisher ([`super::auth`]): that one changes nothing
+//! in the store.
 
 use chrono::{DateTime, Utc};
-use lapin::{message::Delivery, options::BasicAckOptions};
+use lapin::{
+    message::Delivery,
+    options::{BasicAckOptions, BasicNackOptions},
+};
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use chime_consumer::protocol::{Reply, topology};
 
 use super::{
+    auth::{ReplyAuth, Verdict},
     progress,
     reject::{RejectKind, Rejects},
     validate,
@@ -30,11 +37,15 @@ pub(super) struct Received {
 /// Parses a delivery into its replies, ready for the store. A message that is not one
 /// reply or a batch is dead-lettered whole; a bad item of a batch (one that does not
 /// parse, speaks another version or names something invalid) alone, with its reason.
+/// With `auth`, each reply must also come from a user allowed for it (a message whose
+/// publisher cannot be checked because the store stays unavailable is requeued whole).
 /// `None` when nothing in it is left to apply (the delivery is settled then).
 pub(super) async fn receive(
     delivery: Delivery,
     rejects: &Rejects,
     store: &dyn Store,
+    auth: Option<&ReplyAuth>,
+    cancel: &CancellationToken,
 ) -> Option<Received> {
     match progress::Probe::parse(&delivery.properties, &delivery.data) {
         Some(Ok(probe)) => {
@@ -64,12 +75,32 @@ pub(super) async fn receive(
         }
     };
     let now = chrono::Utc::now();
+    let user = delivery.properties.user_id().as_ref().map(|u| u.as_str());
     let mut replies = Vec::new();
     let mut refused = Vec::new();
     for item in items {
         match item.reply {
             Ok(mut reply) => match validate::admit(&mut reply, now) {
-                Ok(()) => replies.push(reply),
+                Ok(()) => match auth {
+                    None => replies.push(reply),
+                    Some(auth) => match auth.judge(&reply, user, cancel).await {
+                        Verdict::Allowed => replies.push(reply),
+                        Verdict::Refused(refusal) => {
+                            warn!(task_id = ?reply.task_id(), user, reason = %refusal,
+                                "dead-lettering a reply from a user not allowed to send it");
+                            refused.push((item.body, RejectKind::User, refusal.to_string()));
+                        }
+                        Verdict::Unverified => {
+                            let _ = delivery
+                                .nack(BasicNackOptions {
+                                    requeue: true,
+                                    ..BasicNackOptions::default()
+                                })
+                                .await;
+                            return None;
+                        }
+                    },
+                },
                 Err(reason) => refused.push((item.body, RejectKind::Invalid, reason)),
             },
             Err(error) => {
@@ -85,7 +116,9 @@ pub(super) async fn receive(
             && *body == delivery.data
         {
             rejects.message(&delivery, *kind, reason).await;
-            note_rejected(store, body, reason).await;
+            if *kind != RejectKind::User {
+                note_rejected(store, body, reason).await;
+            }
             return None;
         }
     }
@@ -94,7 +127,9 @@ pub(super) async fn receive(
         all_published &= rejects
             .item(body, &delivery.properties, *kind, reason)
             .await;
-        note_rejected(store, body, reason).await;
+        if *kind != RejectKind::User {
+            note_rejected(store, body, reason).await;
+        }
     }
     if replies.is_empty() {
         // Settled here; a batch whose refused items could not be published goes to

@@ -1,7 +1,8 @@
 //! Dead-lettering the replies the collector refuses, with their reason: a refused reply
 //! is published to `chime.replies.dlq` (through the dead-letter exchange) carrying the
 //! reason in the `x-chime-reject-reason` header, and counted in
-//! `chime_rejected_replies_total{reason}`. A refused item of a batch goes alone, as its
+//! `chime_rejected_replies_total{reason}` (`user` for a reply from a user not allowed to
+//! send it). A refused item of a batch goes alone, as its
 //! own JSON text; the other items are applied. If that publish fails, a whole message is
 //! rejected to the broker instead (its dead letter then carries only `x-death`).
 
@@ -19,6 +20,9 @@ use chime_consumer::protocol::{ProtocolError, dead_letter::REJECT_REASON_HEADER,
 
 use crate::{broker::ConfirmedPublisher, telemetry};
 
+/// The header that keeps a refused reply's `user_id` (the dead letter is published by
+/// chimed's own user, which the broker would not let carry another user's id).
+pub(super) const PUBLISHED_BY_HEADER: &str = "x-chime-published-by";
 /// Longest reason written in the header.
 const MAX_REASON: usize = 1024;
 /// How long publishing a refused reply may take before the collector falls back.
@@ -35,6 +39,8 @@ pub(super) enum RejectKind {
     Invalid,
     /// The store refuses it as data.
     StoreRefused,
+    /// Its publisher (the validated `user_id`) may not send it (`reply_users`).
+    User,
 }
 
 impl RejectKind {
@@ -44,6 +50,7 @@ impl RejectKind {
             RejectKind::Version => "version",
             RejectKind::Invalid => "invalid",
             RejectKind::StoreRefused => "store_refused",
+            RejectKind::User => "user",
         }
     }
 
@@ -107,14 +114,22 @@ impl Rejects {
         kind: RejectKind,
         reason: &str,
     ) -> bool {
-        metrics::counter!(telemetry::MALFORMED, "queue" => topology::REPLY_QUEUE).increment(1);
+        if kind != RejectKind::User {
+            metrics::counter!(telemetry::MALFORMED, "queue" => topology::REPLY_QUEUE).increment(1);
+        }
         metrics::counter!(telemetry::REJECTED_REPLIES, "reason" => kind.as_str()).increment(1);
         let mut headers = properties.headers().clone().unwrap_or_default();
         headers.insert(
             ShortString::from(REJECT_REASON_HEADER),
             AMQPValue::LongString(LongString::from(truncate(reason, MAX_REASON))),
         );
-        let properties = properties.clone().with_headers(headers);
+        if let Some(user) = properties.user_id() {
+            headers.insert(
+                ShortString::from(PUBLISHED_BY_HEADER),
+                AMQPValue::LongString(LongString::from(user.as_str())),
+            );
+        }
+        let properties = without_user_id(properties).with_headers(headers);
         let dlq = topology::dead_letter_queue(topology::REPLY_QUEUE);
         let publish =
             self.publisher
@@ -138,6 +153,35 @@ impl Rejects {
     }
 }
 
+/// `properties` without `user_id`: RabbitMQ closes the channel of a publish whose
+/// `user_id` is not the connection's user.
+fn without_user_id(properties: &BasicProperties) -> BasicProperties {
+    let mut copy = BasicProperties::default();
+    macro_rules! keep {
+        ($($get:ident => $set:ident),* $(,)?) => {
+            $(if let Some(value) = properties.$get().clone() {
+                copy = copy.$set(value);
+            })*
+        };
+    }
+    keep!(
+        content_type => with_content_type,
+        content_encoding => with_content_encoding,
+        headers => with_headers,
+        delivery_mode => with_delivery_mode,
+        priority => with_priority,
+        correlation_id => with_correlation_id,
+        reply_to => with_reply_to,
+        expiration => with_expiration,
+        message_id => with_message_id,
+        timestamp => with_timestamp,
+        kind => with_type,
+        app_id => with_app_id,
+        cluster_id => with_cluster_id,
+    );
+    copy
+}
+
 /// `text` cut to at most `max` bytes, at a character boundary.
 fn truncate(text: &str, max: usize) -> &str {
     if text.len() <= max {
@@ -159,6 +203,20 @@ mod tests {
         assert_eq!(truncate("short", 10), "short");
         assert_eq!(truncate("héllo", 2), "h");
         assert_eq!(truncate("héllo", 3), "hé");
+    }
+
+    #[test]
+    fn dead_letters_drop_the_user_id_and_keep_the_rest() {
+        let properties = BasicProperties::default()
+            .with_user_id("app-b".into())
+            .with_delivery_mode(2)
+            .with_message_id("m1".into())
+            .with_type("reply".into());
+        let expected = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id("m1".into())
+            .with_type("reply".into());
+        assert_eq!(without_user_id(&properties), expected);
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod http_edges;
 mod https;
 mod import_cli;
 mod long_names;
+mod msgauth;
 mod no_consumer;
 mod outage;
 mod quiet_log;
