@@ -115,6 +115,14 @@ fn with_database(url: &str, name: &str) -> String {
         out.push('?');
         out.push_str(q);
     }
+    // Plaintext to the shared test server unless the URL says otherwise: with TLS
+    // compiled in, sqlx's default `prefer` would negotiate TLS on every pool connection,
+    // and the timing bounds of the cluster tests were set without it. TLS to PostgreSQL
+    // is tested against its own private server (tests/tests/tls).
+    if !query.is_some_and(|q| q.contains("sslmode=")) {
+        out.push(if query.is_some() { '&' } else { '?' });
+        out.push_str("sslmode=disable");
+    }
     out
 }
 
@@ -128,6 +136,13 @@ mod tests {
             with_database("postgres://u:p@h:5432/postgres?sslmode=disable", "t1"),
             "postgres://u:p@h:5432/t1?sslmode=disable"
         );
-        assert_eq!(with_database("postgres://h", "t1"), "postgres://h/t1");
+        assert_eq!(
+            with_database("postgres://h", "t1"),
+            "postgres://h/t1?sslmode=disable"
+        );
+        assert_eq!(
+            with_database("postgres://h/x?sslmode=require&a=b", "t1"),
+            "postgres://h/t1?sslmode=require&a=b"
+        );
     }
 }
