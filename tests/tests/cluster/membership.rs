@@ -74,7 +74,8 @@ async fn database_connections_cut_under_load_pause_then_resume_firing() {
     let jobs = cluster.create_jobs(200, json!({})).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let database = cluster.db.url().rsplit('/').next().unwrap().to_string();
+    let database = cluster.db.url().rsplit('/').next().unwrap();
+    let database = database.split('?').next().unwrap().to_string();
     let admin_url = cluster
         .db
         .url()

@@ -116,7 +116,8 @@ async fn admin_of(s: &Setup) -> (sqlx::PgConnection, String) {
     let admin_url = std::env::var("CHIME_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| chime_testkit::database::DEFAULT_POSTGRES_URL.into());
     let admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-    let database = s.db.url().rsplit('/').next().unwrap().to_string();
+    let database = s.db.url().rsplit('/').next().unwrap();
+    let database = database.split('?').next().unwrap().to_string();
     (admin, database)
 }
 
