@@ -5,15 +5,25 @@
 #
 # Usage:
 #   deploy/rabbitmq/permissions.sh --vhost VHOST --scheduler USER \
-#       --app USER:APP:GROUP[,GROUP...] [--app ...] [--password-dir DIR]
+#       --app USER:APP:GROUP[,GROUP...][:broadcast][:observe] [--app ...] [--password-dir DIR]
 #
 #   --vhost         the vhost (created if missing), e.g. / or chime
 #   --scheduler     chimed's user (its amqp_url names it)
-#   --app           an app's user, the app name its jobs use (observers may bind only to
-#                   APP.# on chime.topics, and their names must be APP or APP-...), and the
-#                   consumer groups its consumers serve
+#   --app           an app's user, the app name its jobs use, the consumer groups its
+#                   consumers serve, and what else they may do:
+#                     broadcast  its consumers run broadcast jobs (an exclusive queue per
+#                                instance, bound to chime.broadcast)
+#                     observe    it runs observers (queues named APP or APP-..., bound only
+#                                to APP.# on chime.topics)
 #   --password-dir  where each new user's password is read from (DIR/USER), or written to
 #                   (random, mode 0600) when the file is missing; default ./rabbitmq-passwords
+#
+# An app's user may configure none of the shared exchanges and queues and may not bind
+# anything to chime.tasks: chimed declares every group's queues (when a job targets the
+# group) and the consumer library uses them as they are. Broadcast and observer rights add
+# what they need, which lets that app bind its own queues to other groups' broadcasts or
+# (observe) dead letters; grant them only to apps that use them. docs/security.md explains
+# each right.
 #
 # Existing users keep their passwords; their permissions on VHOST are replaced. Nothing
 # secret is printed. Set RABBITMQCTL (e.g. "sudo rabbitmqctl") to run rabbitmqctl otherwise.
@@ -32,7 +42,7 @@ while [ $# -gt 0 ]; do
     --scheduler) scheduler="$2"; shift 2 ;;
     --app) apps+=("$2"); shift 2 ;;
     --password-dir) password_dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,34 +75,57 @@ rmqctl set_permissions -p "$vhost" "$scheduler" '^chime\..*' '^chime\..*' '^chim
 rmqctl set_topic_permissions -p "$vhost" "$scheduler" chime.topics '.*' '.*'
 
 reply_users=""
-exchanges='chime\.(tasks|replies|dlx|broadcast|topics)'
 for spec in "${apps[@]}"; do
-  IFS=: read -r user app groups <<< "$spec"
-  [ -n "$user" ] && [ -n "$app" ] && [ -n "$groups" ] || { echo "--app wants USER:APP:GROUP[,GROUP...]: $spec" >&2; exit 2; }
+  IFS=: read -r user app groups extra <<< "$spec"
+  [ -n "$user" ] && [ -n "$app" ] && [ -n "$groups" ] || { echo "--app wants USER:APP:GROUP[,GROUP...][:broadcast][:observe]: $spec" >&2; exit 2; }
   [[ "$app" =~ $name_re ]] || { echo "invalid app name: $app" >&2; exit 2; }
+  broadcast=false observe=false
+  IFS=: read -ra options <<< "${extra:-}"
+  for option in "${options[@]}"; do
+    case "$option" in
+      broadcast) broadcast=true ;;
+      observe) observe=true ;;
+      *) echo "unknown option $option in --app $spec (broadcast, observe)" >&2; exit 2 ;;
+    esac
+  done
   IFS=, read -ra group_list <<< "$groups"
   for group in "${group_list[@]}"; do
     [[ "$group" =~ $name_re ]] || { echo "invalid group name: $group" >&2; exit 2; }
     reply_users="${reply_users:+$reply_users,}$group=$user"
   done
   g="($(IFS='|'; echo "${group_list[*]}"))"
-  # Its groups' work, zone and broadcast queues and their dead-letter queue, and its
-  # observers' queues (observer names APP or APP-...).
-  own="chime\.group\.$g(\.zone\.[A-Za-z0-9_-]+)?(\.dlq)?|chime\.broadcast\.$g\.[!-~]+|chime\.observe\.$app(-[!-~]*)?(\.dlq)?"
+  # Queues it consumes but chimed declares: its groups' work and zone queues.
+  consumed="chime\.group\.$g(\.zone\.[A-Za-z0-9_-]+)?"
+  # Queues it declares itself, and exchanges it binds them to.
+  owned="" sources=""
+  if $broadcast; then
+    owned="${owned:+$owned|}chime\.broadcast\.$g\.[!-~]+"
+    sources="${sources:+$sources|}chime\.broadcast"
+  fi
+  if $observe; then
+    owned="${owned:+$owned|}chime\.observe\.$app(-[!-~]*)?(\.dlq)?"
+    # chime.dlx: an observer binds its own dead-letter queue there.
+    sources="${sources:+$sources|}chime\.topics|chime\.dlx"
+  fi
   ensure_user "$user"
-  # configure: the library declares the exchanges, the reply queue and its own queues
-  #            on connect (idempotent declarations still need configure).
-  # write:     publish replies (exchange chime.replies); bind its own queues (and the
-  #            reply queue) as destinations; chime.dlx, which RabbitMQ requires of whoever
-  #            declares a queue that dead-letters there.
-  # read:      consume its own queues; bind from chime.tasks, chime.broadcast,
-  #            chime.topics, chime.dlx and chime.replies.
+  # configure: only the queues it declares (a configure right on a shared name would let
+  #            it delete that exchange or queue for everyone).
+  # write:     publish replies (exchange chime.replies); with queues of its own, bind them
+  #            as destinations and name chime.dlx as their dead-letter exchange (RabbitMQ
+  #            requires write on it of whoever declares such a queue).
+  # read:      consume its groups' queues and its own; bind its own queues to sources.
+  configure='^$'
+  [ -z "$owned" ] || configure="^($owned)\$"
   rmqctl set_permissions -p "$vhost" "$user" \
-    "^($exchanges|chime\.replies\.dlq|$own)\$" \
-    "^(chime\.(replies|dlx)|chime\.replies\.dlq|$own)\$" \
-    "^($exchanges|$own)\$"
-  # Observers may bind only to their app's tasks; apps publish nothing there.
-  rmqctl set_topic_permissions -p "$vhost" "$user" chime.topics '^$' "^$app\\..*"
+    "$configure" \
+    "^(chime\.replies${owned:+|chime\.dlx|$owned})\$" \
+    "^($consumed${owned:+|$owned}${sources:+|$sources})\$"
+  if $observe; then
+    # Observers may bind only to their app's tasks; apps publish nothing there.
+    rmqctl set_topic_permissions -p "$vhost" "$user" chime.topics '^$' "^$app\\..*"
+  else
+    rmqctl set_topic_permissions -p "$vhost" "$user" chime.topics '^$' '^$'
+  fi
 done
 
 echo

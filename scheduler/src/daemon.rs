@@ -231,7 +231,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let timer = supervise("timer", timer.run(intake.clone()), &intake, &fatal);
     let notices = supervise(
         "dead-letter notices",
-        dlq::notices::run(store.clone(), config.amqp_url.clone(), intake.clone()),
+        dlq::notices::run(
+            store.clone(),
+            config.amqp_url.clone(),
+            // With reply_users set messages are authenticated: a notice must come from a
+            // task chimed published.
+            config
+                .reply_users
+                .as_ref()
+                .and_then(|_| chime_consumer::protocol::user_id::connection_user(&config.amqp_url)),
+            intake.clone(),
+        ),
         &intake,
         &fatal,
     );

@@ -110,7 +110,7 @@ impl Session {
         publish_channel
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
-        topology::declare_replies(&connection, &publish_channel).await?;
+        topology::declare_or_find(&connection, topology::Shared::Replies).await?;
         let consume_channel = connection.create_channel().await?;
         let queues = declare_queues(&connection, &consume_channel, settings).await?;
         // Per consumer (not global: quorum queues refuse global QoS).
@@ -232,10 +232,17 @@ async fn declare_queues(
     channel: &Channel,
     settings: &Settings,
 ) -> Result<Vec<String>, lapin::Error> {
-    topology::declare_group(connection, channel, &settings.group).await?;
+    topology::declare_or_find(connection, topology::Shared::Group(&settings.group)).await?;
     let mut queues = vec![topology::group_queue(&settings.group)];
     if let Some(zone) = &settings.zone {
-        topology::declare_zone(connection, channel, &settings.group, zone).await?;
+        topology::declare_or_find(
+            connection,
+            topology::Shared::Zone {
+                group: &settings.group,
+                zone,
+            },
+        )
+        .await?;
         queues.push(topology::zone_queue(&settings.group, zone));
     }
     if settings.broadcast {

@@ -42,7 +42,7 @@ pub(super) async fn register(
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    topology::declare_replies(connection, &channel).await?;
+    topology::declare_or_find(connection, topology::Shared::Replies).await?;
     // One registration at a time: nothing to batch.
     let replies = ReplyPublisher::new(
         channel,

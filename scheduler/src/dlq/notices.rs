@@ -3,6 +3,12 @@
 //! delivery limit by crashing consumers, or a consumer rejected it) marks its run `dead`
 //! with that reason — its copy already sits in the group's DLQ. Chime's own dead letters
 //! and unreadable bodies are only counted.
+//!
+//! With `reply_users` set, a notice counts only when its validated `user_id` is `chimed`'s
+//! own user: every task `chimed` publishes carries it, and dead-lettering keeps it. An app
+//! user that may declare queues dead-lettering into `chime.dlx` may also publish there; a
+//! task it forged into another group's dead letters is counted with reason
+//! `unauthenticated` and kills no run.
 
 use std::{sync::Arc, time::Duration};
 
@@ -31,13 +37,19 @@ use crate::{
 /// Notices RabbitMQ may push ahead.
 const PREFETCH: u16 = 50;
 
-/// Consumes dead-letter notices until `cancel` fires, reconnecting with backoff.
-pub async fn run(store: Arc<dyn Store>, amqp_url: String, cancel: CancellationToken) {
+/// Consumes dead-letter notices until `cancel` fires, reconnecting with backoff. With
+/// `publisher` set, only notices whose `user_id` is that user (`chimed`'s) mark runs.
+pub async fn run(
+    store: Arc<dyn Store>,
+    amqp_url: String,
+    publisher: Option<String>,
+    cancel: CancellationToken,
+) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     while let Some(connection) =
         broker::connect_with_backoff(&amqp_url, "dead-letter-notices", &cancel).await
     {
-        let end = session(store.as_ref(), &connection, &cancel).await;
+        let end = session(store.as_ref(), &connection, publisher.as_deref(), &cancel).await;
         let _ = connection.close(200, "chimed stopping".into()).await;
         match end {
             Ok(()) => return,
@@ -57,6 +69,7 @@ pub async fn run(store: Arc<dyn Store>, amqp_url: String, cancel: CancellationTo
 async fn session(
     store: &dyn Store,
     connection: &lapin::Connection,
+    publisher: Option<&str>,
     cancel: &CancellationToken,
 ) -> Result<(), String> {
     let opened = async {
@@ -89,7 +102,7 @@ async fn session(
             }
         };
         match next {
-            Some(Ok(delivery)) => handle(store, delivery, cancel).await,
+            Some(Ok(delivery)) => handle(store, delivery, publisher, cancel).await,
             Some(Err(error)) => return Err(error.to_string()),
             None => return Err("notices consumer ended".into()),
         }
@@ -97,11 +110,23 @@ async fn session(
 }
 
 /// Applies one notice and acknowledges it.
-async fn handle(store: &dyn Store, delivery: Delivery, cancel: &CancellationToken) {
+async fn handle(
+    store: &dyn Store,
+    delivery: Delivery,
+    publisher: Option<&str>,
+    cancel: &CancellationToken,
+) {
     let queue = delivery.routing_key.as_str().to_string();
     let classified = classify(&delivery.data, &delivery.properties);
-    let reason = classified.view.reason.clone();
+    let mut reason = classified.view.reason.clone();
+    let user = delivery.properties.user_id().as_ref().map(|u| u.as_str());
+    let authentic = publisher.is_none_or(|publisher| user == Some(publisher));
     match (classified.view.kind.as_str(), &classified.task) {
+        ("task", Some(task)) if !authentic => {
+            warn!(run_id = %task.task_id, %queue, user = user.unwrap_or("(none)"),
+                "ignoring a dead-letter notice chimed did not publish (user_id is not chimed's): it marks no run");
+            reason = "unauthenticated".into();
+        }
         ("task", Some(task)) => {
             let why = match reason.as_str() {
                 "delivery_limit" => format!(

@@ -9,8 +9,11 @@ use chime_consumer::protocol::{dead_letter::REJECT_REASON_HEADER, topology};
 use chime_tests::{TestConsumer, api::metric, vhost::TestUser, wait};
 use lapin::{
     BasicProperties, Channel,
-    options::{BasicGetOptions, BasicPublishOptions},
-    types::AMQPValue,
+    options::{
+        BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
+        QueueBindOptions, QueueDeleteOptions, QueuePurgeOptions,
+    },
+    types::{AMQPValue, FieldTable},
 };
 use reqwest::Method;
 use serde_json::json;
@@ -261,7 +264,7 @@ async fn the_permissions_script_confines_each_app_to_its_groups_and_topics() {
     let output = std::process::Command::new("bash")
         .arg(&script)
         .args(["--vhost", vhost.name(), "--scheduler", &sched])
-        .args(["--app", &format!("{user_a}:shop:ga")])
+        .args(["--app", &format!("{user_a}:shop:ga:broadcast:observe")])
         .args(["--app", &format!("{user_b}:billing:gb")])
         .arg("--password-dir")
         .arg(&passwords)
@@ -305,21 +308,32 @@ async fn the_permissions_script_confines_each_app_to_its_groups_and_topics() {
             .expect("the scheduler declares every group");
     }
 
-    // App A's consumer declares what it uses, and may publish replies...
+    // App A's consumer finds what chimed declared (it may configure none of it), and may
+    // publish replies...
     let app_a = connect(url(&user_a)).await;
+    topology::declare_or_find(&app_a, topology::Shared::Replies)
+        .await
+        .expect("replies");
+    topology::declare_or_find(&app_a, topology::Shared::Group("ga"))
+        .await
+        .expect("its own group");
     let channel = app_a.create_channel().await.expect("channel");
     channel
         .confirm_select(lapin::options::ConfirmSelectOptions::default())
         .await
         .expect("confirm mode");
-    topology::declare_replies(&app_a, &channel)
-        .await
-        .expect("replies");
-    topology::declare_group(&app_a, &channel, "ga")
-        .await
-        .expect("its own group");
     reply_as(&channel, Some(&user_a), &json!({"v": 1})).await;
-    // ...and its observers bind to its own tasks only.
+    channel
+        .basic_get(
+            topology::group_queue("ga").as_str().into(),
+            BasicGetOptions::default(),
+        )
+        .await
+        .expect("it consumes its group's queue");
+    // ...declares its broadcast queues, and its observers bind to its own tasks only.
+    topology::declare_instance_queue(&app_a, &channel, "ga", "a-1")
+        .await
+        .expect("a broadcast queue of its group");
     topology::declare_observer(&app_a, &channel, "shop-audit", &["shop.*".to_string()])
         .await
         .expect("an observer of its own app");
@@ -328,8 +342,6 @@ async fn the_permissions_script_confines_each_app_to_its_groups_and_topics() {
         topology::declare_observer(&app_a, &other, "shop-spy", &["billing.*".to_string()]).await
     ));
     // Another app's group, tasks and queues are out of reach.
-    let other = app_a.create_channel().await.expect("channel");
-    assert!(refused(topology::declare_group(&app_a, &other, "gb").await));
     let other = app_a.create_channel().await.expect("channel");
     assert!(refused(
         other
@@ -358,8 +370,224 @@ async fn the_permissions_script_confines_each_app_to_its_groups_and_topics() {
         )
         .await;
     assert!(after.is_err(), "publishing a task closed the channel");
-    for connection in [scheduler, app_a] {
+
+    // App B, with no broadcast or observer rights, uses its group but can neither touch
+    // the shared topology nor route anyone else's messages to itself.
+    let app_b = connect(url(&user_b)).await;
+    topology::declare_or_find(&app_b, topology::Shared::Replies)
+        .await
+        .expect("replies");
+    topology::declare_or_find(&app_b, topology::Shared::Group("gb"))
+        .await
+        .expect("its own group");
+    assert!(
+        refused(topology::declare_or_find(&app_b, topology::Shared::Group("gnew")).await),
+        "a group chimed has not declared yet cannot be made by an app"
+    );
+    let fresh = || async { app_b.create_channel().await.expect("channel") };
+    let no_options = FieldTable::default;
+    assert!(refused(
+        fresh()
+            .await
+            .queue_delete(topology::REPLY_QUEUE.into(), QueueDeleteOptions::default())
+            .await
+    ));
+    assert!(refused(
+        fresh()
+            .await
+            .queue_purge(topology::REPLY_QUEUE.into(), QueuePurgeOptions::default())
+            .await
+    ));
+    assert!(refused(
+        fresh()
+            .await
+            .basic_get(topology::REPLY_QUEUE.into(), BasicGetOptions::default())
+            .await
+    ));
+    assert!(refused(
+        fresh()
+            .await
+            .exchange_delete(
+                topology::TASK_EXCHANGE.into(),
+                ExchangeDeleteOptions::default()
+            )
+            .await
+    ));
+    assert!(refused(
+        fresh()
+            .await
+            .exchange_declare(
+                topology::TASK_EXCHANGE.into(),
+                lapin::ExchangeKind::Direct,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                no_options(),
+            )
+            .await
+    ));
+    for (exchange, key) in [
+        (topology::TASK_EXCHANGE, "ga".to_string()),
+        (
+            topology::DEAD_LETTER_EXCHANGE,
+            topology::dead_letter_queue(&topology::group_queue("ga")),
+        ),
+        (topology::BROADCAST_EXCHANGE, "ga".to_string()),
+    ] {
+        assert!(
+            refused(
+                fresh()
+                    .await
+                    .queue_bind(
+                        topology::group_queue("gb").as_str().into(),
+                        exchange.into(),
+                        key.as_str().into(),
+                        QueueBindOptions::default(),
+                        no_options(),
+                    )
+                    .await
+            ),
+            "binding its queue to {exchange} with {key}"
+        );
+    }
+    assert!(refused(
+        topology::declare_instance_queue(&app_b, &fresh().await, "gb", "b-1").await
+    ));
+    assert!(refused(
+        topology::declare_observer(&app_b, &fresh().await, "billing", &["billing.*".into()]).await
+    ));
+    let channel = fresh().await;
+    let _ = channel
+        .basic_publish(
+            topology::DEAD_LETTER_EXCHANGE.into(),
+            topology::dead_letter_queue(&topology::group_queue("ga"))
+                .as_str()
+                .into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            BasicProperties::default(),
+        )
+        .await;
+    assert!(
+        channel
+            .basic_get(
+                topology::group_queue("gb").as_str().into(),
+                BasicGetOptions::default()
+            )
+            .await
+            .is_err(),
+        "publishing a dead letter closed the channel"
+    );
+    for connection in [scheduler, app_a, app_b] {
         let _ = connection.close(200, "done".into()).await;
     }
     let _ = std::fs::remove_dir_all(&passwords);
+}
+
+/// Takes one task from `queue` as the vhost's admin user and settles it with `reject`:
+/// requeued (`true`) or dead-lettered by the broker (`false`). Returns its body.
+async fn take_task(s: &Setup, queue: &str, requeue: bool) -> Vec<u8> {
+    let (connection, channel) = s.vhost.channel().await;
+    let message = wait::until("a task in the group queue", Duration::from_secs(30), || {
+        let channel = channel.clone();
+        async move {
+            channel
+                .basic_get(queue.into(), BasicGetOptions::default())
+                .await
+                .expect("basic.get")
+        }
+    })
+    .await;
+    let body = message.delivery.data.clone();
+    message
+        .delivery
+        .reject(lapin::options::BasicRejectOptions { requeue })
+        .await
+        .expect("reject");
+    let _ = connection.close(200, "done".into()).await;
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_notice_another_user_forged_marks_no_run_dead() {
+    let mut app_b = TestUser::new("chime-app-b");
+    let rule = format!("gb={}", app_b.name());
+    let s = Setup::with_env(StoreKind::Sqlite, &[("CHIME_REPLY_USERS", &rule)]).await;
+    // The right an app needs to declare queues that dead-letter into chime.dlx.
+    app_b.grant(&s.vhost, "^$", r"^chime\.dlx$", "^$");
+    let job = s
+        .chimed
+        .api
+        .create_job(json!({
+            "app": "a", "name": "nightly",
+            "schedule": {"every": "1h"},
+            "target": {"group": "ga"},
+        }))
+        .await;
+    let run = s.chimed.api.trigger(job["id"].as_str().unwrap()).await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let group_queue = topology::group_queue("ga");
+    let task = take_task(&s, &group_queue, true).await;
+
+    // App B publishes A's task into A's dead letters, as if the broker had dead-lettered it.
+    let (b_connection, b_channel) = app_b.channel().await;
+    b_channel
+        .confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .expect("confirm mode");
+    let confirm = b_channel
+        .basic_publish(
+            topology::DEAD_LETTER_EXCHANGE.into(),
+            topology::dead_letter_queue(&group_queue).as_str().into(),
+            BasicPublishOptions::default(),
+            &task,
+            BasicProperties::default().with_user_id(app_b.name().into()),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    assert!(confirm.is_ack());
+    let forged = format!(
+        r#"chime_dead_lettered_total{{queue="{}",reason="unauthenticated"}}"#,
+        topology::dead_letter_queue(&group_queue)
+    );
+    wait::until(
+        "the forged notice to be counted",
+        Duration::from_secs(30),
+        || async { (metric(&s.chimed.api.metrics().await, &forged) >= 1.0).then_some(()) },
+    )
+    .await;
+    let (_, unaffected) = s
+        .chimed
+        .api
+        .call(Method::GET, &format!("/v1/runs/{run_id}"), None)
+        .await;
+    assert_ne!(unaffected["state"], "dead", "{unaffected}");
+    assert!(
+        s.chimed
+            .log()
+            .contains("ignoring a dead-letter notice chimed did not publish"),
+        "the WARN names it"
+    );
+
+    // The broker dead-lettering chimed's own task (user_id kept) still marks the run dead.
+    take_task(&s, &group_queue, false).await;
+    let dead = s
+        .chimed
+        .api
+        .wait_run(&run_id, "the run to be marked dead", |r| {
+            r["state"] == "dead"
+        })
+        .await;
+    assert!(
+        dead["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("dead-lettered by RabbitMQ"),
+        "{dead}"
+    );
+    let _ = b_connection.close(200, "done".into()).await;
+    drop(s);
 }

@@ -12,27 +12,38 @@ use lapin::{
 
 use super::{
     arguments::{
-        dead_letter_notices_arguments, dead_letter_queue_arguments, instance_queue_arguments,
-        work_queue_arguments, zone_queue_arguments,
+        dead_letter_notices_arguments, dead_letter_queue_arguments, work_queue_arguments,
+        zone_queue_arguments,
     },
     limits::short_string,
     names::{
         BROADCAST_EXCHANGE, DEAD_LETTER_EXCHANGE, DEAD_LETTER_NOTICES, REPLY_EXCHANGE, REPLY_QUEUE,
         REPLY_ROUTING_KEY, TASK_EXCHANGE, TOPIC_EXCHANGE, dead_letter_queue, group_queue,
-        instance_queue, observer_queue, zone_queue, zone_routing_key,
+        zone_queue, zone_routing_key,
     },
 };
 use crate::protocol::{DeliveryMode, TaskMessage};
 
 /// Declares what `task` is published into: its work queue (a group's or a zone's, with
-/// the group's dead-letter queue), or for a broadcast just the exchanges. Idempotent.
+/// the group's dead-letter queue), or for a broadcast the exchanges and the group's
+/// dead-letter queue its instances' queues dead-letter into (declared by the scheduler,
+/// whose user may bind it to [`DEAD_LETTER_EXCHANGE`]; see
+/// [`declare_or_find`](super::declare_or_find)). Idempotent.
 pub async fn declare_task_destination(
     connection: &Connection,
     channel: &Channel,
     task: &TaskMessage,
 ) -> Result<(), lapin::Error> {
     match (task.mode, task.zone.as_deref()) {
-        (DeliveryMode::Broadcast, _) => declare_exchanges(channel).await,
+        (DeliveryMode::Broadcast, _) => {
+            declare_exchanges(channel).await?;
+            declare_dead_letter_queue(
+                connection,
+                channel,
+                &dead_letter_queue(&group_queue(&task.group)),
+            )
+            .await
+        }
         (DeliveryMode::Zone, Some(zone)) => {
             declare_zone(connection, channel, &task.group, zone).await
         }
@@ -117,72 +128,6 @@ pub async fn declare_zone(
         .await
 }
 
-/// Declares instance `instance`'s broadcast queue of group `group`: exclusive to this
-/// connection (RabbitMQ deletes it when the instance goes away, so fires published
-/// meanwhile are not kept for it) and bound to [`BROADCAST_EXCHANGE`] with the group.
-/// Declares the exchanges and the group's dead-letter queue too. Returns the queue name.
-pub async fn declare_instance_queue(
-    connection: &Connection,
-    channel: &Channel,
-    group: &str,
-    instance: &str,
-) -> Result<String, lapin::Error> {
-    declare_exchanges(channel).await?;
-    declare_dead_letter_queue(connection, channel, &dead_letter_queue(&group_queue(group))).await?;
-    let queue = instance_queue(group, instance);
-    channel
-        .queue_declare(
-            short_string(&queue)?,
-            QueueDeclareOptions {
-                exclusive: true,
-                auto_delete: true,
-                ..QueueDeclareOptions::default()
-            },
-            instance_queue_arguments(group),
-        )
-        .await?;
-    channel
-        .queue_bind(
-            short_string(&queue)?,
-            BROADCAST_EXCHANGE.into(),
-            short_string(group)?,
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    Ok(queue)
-}
-
-/// Declares observer `name`'s durable queue (with its own dead-letter queue) and binds it
-/// to [`TOPIC_EXCHANGE`] with each of `patterns` (topic patterns over `<app>.<job>`).
-/// Copies wait in it while the observer is offline. Returns the queue name.
-pub async fn declare_observer(
-    connection: &Connection,
-    channel: &Channel,
-    name: &str,
-    patterns: &[String],
-) -> Result<String, lapin::Error> {
-    declare_exchanges(channel).await?;
-    let queue = observer_queue(name);
-    let mut patterns = patterns.iter();
-    let Some(first) = patterns.next() else {
-        return Ok(queue);
-    };
-    declare_work_queue(connection, channel, &queue, TOPIC_EXCHANGE, first).await?;
-    for pattern in patterns {
-        channel
-            .queue_bind(
-                short_string(&queue)?,
-                TOPIC_EXCHANGE.into(),
-                short_string(pattern)?,
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-    }
-    Ok(queue)
-}
-
 /// Declares the scheduler's [`DEAD_LETTER_NOTICES`] queue and binds it to `group`'s dead
 /// letters. Idempotent.
 pub async fn declare_dead_letter_notices(
@@ -231,7 +176,7 @@ pub async fn declare_replies(
     .await
 }
 
-async fn declare_work_queue(
+pub(super) async fn declare_work_queue(
     connection: &Connection,
     channel: &Channel,
     queue: &str,
@@ -272,7 +217,7 @@ pub async fn declare_dead_letter_queue(
     dlq: &str,
 ) -> Result<(), lapin::Error> {
     let name = short_string(dlq)?;
-    if !queue_exists(connection, dlq).await? {
+    if !exists(connection, Resource::Queue, dlq).await? {
         channel
             .queue_declare(
                 name.clone(),
@@ -295,21 +240,49 @@ pub async fn declare_dead_letter_queue(
         .await
 }
 
-/// Whether `queue` exists, asked with a passive declare on a channel of its own.
-async fn queue_exists(connection: &Connection, queue: &str) -> Result<bool, lapin::Error> {
+/// A kind of broker resource, for [`exists`].
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Resource {
+    Exchange,
+    Queue,
+}
+
+/// Whether `name` exists, asked with a passive declare on a channel of its own (a missing
+/// one closes that channel only). Passive declarations need no permission.
+pub(super) async fn exists(
+    connection: &Connection,
+    resource: Resource,
+    name: &str,
+) -> Result<bool, lapin::Error> {
     let probe = connection.create_channel().await?;
-    let answer = probe
-        .queue_declare(
-            short_string(queue)?,
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await;
+    let answer = match resource {
+        Resource::Exchange => {
+            probe
+                .exchange_declare(
+                    short_string(name)?,
+                    ExchangeKind::Direct,
+                    ExchangeDeclareOptions {
+                        passive: true,
+                        ..ExchangeDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+        }
+        Resource::Queue => probe
+            .queue_declare(
+                short_string(name)?,
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map(|_| ()),
+    };
     match answer {
-        Ok(_) => {
+        Ok(()) => {
             let _ = probe.close(200, "checked".into()).await;
             Ok(true)
         }
@@ -318,6 +291,17 @@ async fn queue_exists(connection: &Connection, queue: &str) -> Result<bool, lapi
             let _ = probe.close(200, "checked".into()).await;
             Err(error)
         }
+    }
+}
+
+/// Whether the broker refused the operation for lack of permission (403
+/// `ACCESS_REFUSED`, which closes the channel).
+pub fn is_access_refused(error: &lapin::Error) -> bool {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => {
+            amqp.kind() == &AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED)
+        }
+        _ => false,
     }
 }
 

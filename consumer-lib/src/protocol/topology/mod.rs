@@ -29,7 +29,9 @@
 //! The module is split by what each part does: [`names`](mod@names) (names, routing keys,
 //! routes and name rules: pure), [`arguments`](mod@arguments) (queue arguments: pure data),
 //! [`limits`](mod@limits) (the 255-byte limits on joined names) and
-//! [`declare`](mod@declare) (the declarations: the only I/O). Everything is re-exported
+//! [`declare`](mod@declare) (the declarations: with [`participant`](mod@participant), the only I/O;
+//! `participant` holds what consumers and observers declare, and how they use the shared
+//! topology in a vhost where their user may not configure it). Everything is re-exported
 //! here, so callers name `topology::X` whatever file `X` lives in.
 //!
 //! Dead-letter queues are created classic and used as they are when they exist (see
@@ -41,6 +43,7 @@ pub mod arguments;
 pub mod declare;
 pub mod limits;
 pub mod names;
+pub mod participant;
 
 pub use arguments::{
     DELIVERY_LIMIT, dead_letter_notices_arguments, dead_letter_queue_arguments,
@@ -48,8 +51,7 @@ pub use arguments::{
 };
 pub use declare::{
     declare_dead_letter_notices, declare_dead_letter_queue, declare_exchanges, declare_group,
-    declare_instance_queue, declare_observer, declare_replies, declare_task_destination,
-    declare_zone, is_not_found,
+    declare_replies, declare_task_destination, declare_zone, is_access_refused, is_not_found,
 };
 pub use limits::{
     NameError, NameField, check_group, check_instance, check_job_topology, check_observer,
@@ -63,3 +65,4 @@ pub use names::{
     queue_route, task_is_mandatory, task_queue, task_route, topic_routing_key, zone_queue,
     zone_routing_key,
 };
+pub use participant::{Shared, declare_instance_queue, declare_observer, declare_or_find};
