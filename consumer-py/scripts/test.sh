@@ -9,7 +9,7 @@
 # Usage: consumer-py/scripts/test.sh [pytest arguments, e.g. -k duplicates]
 # Env:   PYTHON                   interpreter for the venv (default python3; 3.9+)
 #        CHIME_TEST_POSTGRES_URL  PostgreSQL the store tests create databases on
-#        CHIME_RABBITMQCTL        command to manage vhosts (default rabbitmqctl)
+#        CHIME_RABBITMQCTL        command to manage vhosts and users (default rabbitmqctl)
 set -euo pipefail
 
 PKG=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)

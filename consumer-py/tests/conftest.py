@@ -8,13 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 import sys
 import uuid
 from pathlib import Path
-from typing import AsyncIterator, Iterator, List
+from typing import AsyncIterator, Callable, Iterator, List
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from support.broker import Vhost  # noqa: E402
+from support.broker import TestUser, Vhost  # noqa: E402
 from support.processes import Chimed, ConsumerProcess  # noqa: E402
 
 
@@ -31,6 +31,20 @@ def vhost(cleanup: ThreadPoolExecutor) -> Iterator[Vhost]:
     made = Vhost()
     yield made
     cleanup.submit(made.delete)
+
+
+@pytest.fixture
+def users() -> Iterator[Callable[[str], TestUser]]:
+    """Makes RabbitMQ users (``users(prefix)``) that are deleted after the test."""
+    made: List[TestUser] = []
+
+    def make(prefix: str) -> TestUser:
+        made.append(TestUser(prefix))
+        return made[-1]
+
+    yield make
+    for user in made:
+        user.delete()
 
 
 @pytest.fixture

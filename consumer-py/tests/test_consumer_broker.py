@@ -62,6 +62,7 @@ async def test_a_task_gets_an_ack_then_its_result(vhost: Vhost, batch: bool) -> 
     for message in log.messages:
         assert message["content_type"] == "application/json"
         assert message["delivery_mode"] == 2
+        assert message["user_id"] == "guest"  # the connection's user, from the URL
         body = json.loads(message["body"])
         expected_id = {"presence": "presence", "batch": "batch"}.get(body["type"], str(task.task_id))
         assert message["message_id"] == expected_id

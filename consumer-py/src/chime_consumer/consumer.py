@@ -54,6 +54,15 @@ class Consumer:
       :class:`~chime_consumer.idempotency.MemoryStore`).
     - ``ssl_context``: TLS settings for an ``amqps://`` URL (see
       :func:`~chime_consumer.tls_context`).
+    - ``scheduler_user``: the RabbitMQ user ``chimed`` publishes tasks as. When set, a
+      task whose broker-validated ``user_id`` is missing or another user's is not run:
+      it is dead-lettered (rejected without requeue), logged at WARN and counted in
+      ``chime_consumer_refused_tasks_total{reason="user"}``. Default
+      ``CHIME_SCHEDULER_USER`` if set and not empty, else none (tasks from any user run).
+
+    Every reply, heartbeat and presence message carries the ``user_id`` of the
+    connection's user (from ``amqp_url``; none with ``auth=external``), for a ``chimed``
+    that checks ``reply_users``.
 
     Handlers are registered by job name with :meth:`handler` (a decorator), and run with
     :meth:`run` (blocking) or :meth:`serve` (async).
@@ -74,6 +83,7 @@ class Consumer:
         batch_replies: bool = True,
         idempotency_store: Optional[IdempotencyStore] = None,
         ssl_context: Optional[ssl.SSLContext] = None,
+        scheduler_user: Optional[str] = None,
     ) -> None:
         self.settings = ConsumerSettings.build(
             amqp_url,
@@ -87,6 +97,7 @@ class Consumer:
             heartbeat_interval=heartbeat_interval,
             batch_replies=batch_replies,
             ssl_context=ssl_context,
+            scheduler_user=scheduler_user,
         )
         store = idempotency_store if idempotency_store is not None else MemoryStore()
         if not isinstance(store, IdempotencyStore):
@@ -179,6 +190,7 @@ class Consumer:
             handlers=self.handlers,
             stats=self.stats,
             handler_slots=asyncio.Semaphore(settings.concurrency),
+            scheduler_user=settings.scheduler_user,
         )
         in_flight: "Set[asyncio.Task[Any]]" = set()
         backoff = Backoff()

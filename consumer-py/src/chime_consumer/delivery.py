@@ -3,7 +3,10 @@ consumer must do, per delivery"). Deliveries from every queue (group, zone, broa
 take the same path; outcomes are looked up and recorded by the idempotency key, which is
 per instance for broadcast tasks.
 
-1. Parse; a body that is not a version-1 task is rejected without requeue (to the
+1. With ``scheduler_user`` set, a task whose broker-validated ``user_id`` is not that
+   user is rejected without requeue (to the group's dead-letter queue), unparsed and
+   unrun, and counted (``chime_consumer_refused_tasks_total{reason="user"}``).
+   Parse; a body that is not a version-1 task is rejected without requeue (to the
    group's dead-letter queue) and counted.
 2. A recorded outcome for the key is replayed as a result (``replayed: true``).
 3. Otherwise: publish an ack, run the handler with heartbeats beside it, record a success
@@ -75,6 +78,8 @@ class Shared:
     handler_slots: asyncio.Semaphore
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     key_locks: KeyLocks = field(default_factory=KeyLocks)
+    #: Only tasks whose validated ``user_id`` is this user run (``None``: any user's).
+    scheduler_user: Optional[str] = None
 
     async def handler_slot(self) -> bool:
         """Waits for a handler slot; ``False`` once shutdown began (nothing held)."""
@@ -106,6 +111,16 @@ async def settle(action: Callable[[], Awaitable[Any]], what: str, ctx_id: str) -
 
 async def process(message: AbstractIncomingMessage, shared: Shared, replies: ReplyPublisher) -> None:
     """Handles one delivery end to end; never raises."""
+    expected = shared.scheduler_user
+    if expected is not None and message.user_id != expected:
+        # Neither the body nor its task id: what another user sent is not logged.
+        log.warning(
+            "dead-lettering a task not published by the scheduler's user",
+            extra={"user": message.user_id, "expected": expected, "group": shared.group},
+        )
+        shared.stats.increment("chime_consumer_refused_tasks_total", reason="user")
+        await settle(lambda: message.reject(requeue=False), "reject", "")
+        return
     try:
         task = TaskMessage.from_json(message.body)
     except ProtocolError as error:

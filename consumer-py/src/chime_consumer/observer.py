@@ -33,6 +33,7 @@ from .errors import ConfigError, RetryableError
 from .handlers import failure_of, is_async_callable
 from .protocol import topology
 from .protocol.messages import MAX_OBSERVER_PATTERNS, OBSERVE_INTERVAL_MS, ProtocolError, TaskMessage
+from .protocol.user_id import connection_user
 from .replies import ReplyPublisher
 from .session import tracked, wait_in_flight
 from .settings import check_count, check_name, check_seconds
@@ -165,7 +166,8 @@ class Observer:
                 topology.REPLY_EXCHANGE, aio_pika.ExchangeType.DIRECT, durable=True
             )
             # One registration at a time: nothing to batch.
-            replies = ReplyPublisher(exchange, self.name, batch=False, stats=self.stats)
+            replies = ReplyPublisher(exchange, self.name, batch=False, stats=self.stats,
+                                     user_id=connection_user(self.amqp_url))
             await self._register(replies)
             await channel.set_qos(prefetch_count=self.prefetch)
             queue = await channel.get_queue(self.queue, ensure=False)

@@ -8,8 +8,11 @@ Rust library: a quiet consumer sends each reply alone, a busy one fewer, larger
 messages. With ``batch=False`` every reply is its own message, for a ``chimed`` older
 than batches.
 
-Extension point (issue 37, per-app broker users): the AMQP properties of every reply
-are made in :func:`reply_message`, where a ``user_id`` property would be set.
+Every message carries the ``user_id`` property of the connection's RabbitMQ user
+(:func:`~chime_consumer.protocol.user_id.connection_user`), which the broker validates,
+so a ``chimed`` with ``reply_users`` can tell which user answered (``docs/security.md``,
+"Authenticated messages"). Without a known user (EXTERNAL authentication) nothing is
+stamped.
 """
 
 from __future__ import annotations
@@ -66,13 +69,15 @@ class _Queued:
     confirmed: "asyncio.Future[None]"
 
 
-def reply_message(body: bytes, message_id: str) -> aio_pika.Message:
-    """A reply as published: JSON, persistent, with ``message_id``."""
+def reply_message(body: bytes, message_id: str, user_id: Optional[str]) -> aio_pika.Message:
+    """A reply as published: JSON, persistent, with ``message_id`` and, when known, the
+    connection's ``user_id``."""
     return aio_pika.Message(
         body,
         content_type="application/json",
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         message_id=message_id,
+        user_id=user_id,
     )
 
 
@@ -83,13 +88,20 @@ def _retrieve(future: "asyncio.Future[None]") -> None:
 
 
 class ReplyPublisher:
-    """Queues replies for the channel's publishing task; see the module docs."""
+    """Queues replies for the channel's publishing task; see the module docs. Every
+    message is stamped with ``user_id`` (the connection's user) when it is not ``None``."""
 
     def __init__(
-        self, exchange: AbstractExchange, instance: str, batch: bool, stats: Counters
+        self,
+        exchange: AbstractExchange,
+        instance: str,
+        batch: bool,
+        stats: Counters,
+        user_id: Optional[str],
     ) -> None:
         self._exchange = exchange
         self.instance = instance
+        self.user_id = user_id
         self._stats = stats
         self._max_replies = MAX_BATCH_REPLIES if batch else 1
         self._max_in_flight = MAX_BATCHES_IN_FLIGHT if batch else 1_000_000
@@ -208,7 +220,7 @@ class ReplyPublisher:
         try:
             confirmation = await asyncio.wait_for(
                 self._exchange.publish(
-                    reply_message(body, message_id),
+                    reply_message(body, message_id, self.user_id),
                     topology.REPLY_ROUTING_KEY,
                     mandatory=True,
                 ),

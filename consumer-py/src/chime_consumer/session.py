@@ -27,7 +27,7 @@ from aio_pika.abc import (
 
 from . import connection as amqp
 from . import delivery, presence
-from .protocol import topology
+from .protocol import topology, user_id
 from .replies import ReplyPublisher
 from .settings import ConsumerSettings
 
@@ -83,7 +83,13 @@ class Session:
         queues = await _declare_queues(connection, consume_channel, settings)
         # Per consumer, not global: quorum queues refuse a global prefetch.
         await consume_channel.set_qos(prefetch_count=settings.prefetch)
-        replies = ReplyPublisher(exchange, settings.instance, settings.batch_replies, shared.stats)
+        replies = ReplyPublisher(
+            exchange,
+            settings.instance,
+            settings.batch_replies,
+            shared.stats,
+            user_id.connection_user(settings.amqp_url),
+        )
         lost = asyncio.Event()
         amqp.watch(lost, connection, publish_channel, consume_channel)
 

@@ -18,6 +18,8 @@ from .protocol import topology
 INSTANCE_ENV = "CHIME_INSTANCE"
 #: Environment variable with the default zone.
 ZONE_ENV = "CHIME_ZONE"
+#: Environment variable with the default scheduler user (``scheduler_user``).
+SCHEDULER_USER_ENV = "CHIME_SCHEDULER_USER"
 
 
 def default_instance_id() -> str:
@@ -58,6 +60,7 @@ class ConsumerSettings:
     heartbeat_interval: float
     batch_replies: bool
     ssl_context: Optional[ssl.SSLContext]
+    scheduler_user: Optional[str] = None
 
     @classmethod
     def build(
@@ -74,6 +77,7 @@ class ConsumerSettings:
         heartbeat_interval: float = 10.0,
         batch_replies: bool = True,
         ssl_context: Optional[ssl.SSLContext] = None,
+        scheduler_user: Optional[str] = None,
     ) -> "ConsumerSettings":
         connection.check_url(amqp_url, ssl_context)
         check_name("group", group)
@@ -85,6 +89,10 @@ class ConsumerSettings:
             zone = os.environ.get(ZONE_ENV) or None
         if zone is not None:
             check_name("zone", zone)
+        if scheduler_user is None:
+            scheduler_user = os.environ.get(SCHEDULER_USER_ENV) or None
+        if scheduler_user is not None and (not isinstance(scheduler_user, str) or not scheduler_user):
+            raise ConfigError("scheduler_user", "must be a RabbitMQ user name")
         check_count("concurrency", concurrency, 65535)
         if prefetch is None:
             prefetch = min(concurrency * 2, 65535)
@@ -113,4 +121,5 @@ class ConsumerSettings:
             heartbeat_interval=float(heartbeat_interval),
             batch_replies=bool(batch_replies),
             ssl_context=ssl_context,
+            scheduler_user=scheduler_user,
         )

@@ -4,6 +4,7 @@ deleted afterwards; plus helpers to publish, read and inspect queues on it."""
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
@@ -87,15 +88,19 @@ class Vhost:
         body: bytes,
         message_id: Optional[str] = None,
         app_id: Optional[str] = None,
+        as_user: Optional["TestUser"] = None,
     ) -> None:
-        """Publishes persistently and waits for a clean confirm (routed)."""
-        connection = await self.connect()
+        """Publishes persistently and waits for a clean confirm (routed); as ``guest``
+        without ``user_id``, or as ``as_user`` stamped with its ``user_id``."""
+        url = self.amqp_url if as_user is None else as_user.amqp_url
+        connection = await aio_pika.connect(url)
         try:
             channel = await connection.channel(publisher_confirms=True)
             target = await channel.get_exchange(exchange, ensure=False)
             confirm = await target.publish(
                 aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                                  message_id=message_id, app_id=app_id,
+                                 user_id=None if as_user is None else as_user.name,
                                  content_type="application/json"),
                 routing_key,
                 mandatory=True,
@@ -118,6 +123,7 @@ class Vhost:
                 taken.append((message.body, {"message_id": message.message_id,
                                              "content_type": message.content_type,
                                              "delivery_mode": int(message.delivery_mode or 0),
+                                             "user_id": message.user_id,
                                              "headers": dict(message.headers or {})}))
         finally:
             await connection.close()
@@ -139,3 +145,35 @@ class Vhost:
             return result.message_count or 0, result.consumer_count or 0
         finally:
             await connection.close()
+
+
+class TestUser:
+    """A RabbitMQ user that exists for one test (like testkit's ``TestUser``): a unique
+    name starting with ``prefix``, a random password, no permissions until
+    :meth:`grant`; deleted by :meth:`delete`."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, prefix: str) -> None:
+        self.name = f"{prefix}-{uuid.uuid4().hex}"
+        self._password = secrets.token_hex(16)
+        self.vhost: Optional[Vhost] = None
+        rabbitmqctl("add_user", self.name, self._password)
+
+    def grant(self, vhost: Vhost, configure: str = ".*", write: str = ".*", read: str = ".*") -> None:
+        """Allows the user ``configure``, ``write`` and ``read`` (regexes on resource
+        names) on ``vhost``, where :attr:`amqp_url` then connects."""
+        rabbitmqctl("set_permissions", "-p", vhost.name, self.name, configure, write, read)
+        self.vhost = vhost
+
+    @property
+    def amqp_url(self) -> str:
+        """The URL of the vhost last granted, for this user."""
+        vhost = self.vhost.name if self.vhost is not None else "%2f"
+        return f"amqp://{self.name}:{self._password}@{broker_addr()}/{vhost}"
+
+    def delete(self) -> None:
+        try:
+            rabbitmqctl("delete_user", self.name)
+        except RuntimeError:
+            pass
