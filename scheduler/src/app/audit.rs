@@ -83,6 +83,10 @@ impl Audit {
         query: &AuditQuery,
     ) -> Result<Vec<AuditEntry>, AuditError> {
         caller.check(Action::ReadJobs, None)?;
+        // Asking for an app outside the token's scope is refused, as a job listing is.
+        for app in query.apps.iter().flatten() {
+            caller.check(Action::ReadJobs, Some(app))?;
+        }
         let mut query = query.clone();
         if let Some(apps) = caller.visible_apps() {
             query.apps = Some(match query.apps {
@@ -103,15 +107,18 @@ impl Audit {
     ) -> Result<Vec<AuditEntry>, AuditError> {
         caller.check(Action::ReadJobs, None)?;
         let mut entries = self
-            .list(
-                caller,
-                &AuditQuery {
-                    target: Some(job_target(id)),
-                    limit: 10_000,
-                    ..AuditQuery::default()
-                },
-            )
+            .store
+            .list_audit(&AuditQuery {
+                target: Some(job_target(id)),
+                limit: 10_000,
+                ..AuditQuery::default()
+            })
             .await?;
+        // A job of an app outside the token's scope is refused, as reading the job is;
+        // its app is the one its entries record (also after the job was deleted).
+        for app in entries.iter().filter_map(|e| e.app.as_deref()) {
+            caller.check(Action::ReadJobs, Some(app))?;
+        }
         entries.retain(|e| actions::VERSIONS.contains(&e.action.as_str()));
         entries.truncate(limit as usize);
         Ok(entries)

@@ -165,6 +165,16 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
                 Needs::OperateA,
             ),
             (Method::GET, "/v1/cluster".into(), None, Needs::AnyRole),
+            // The audit trail: every role reads it, filtered to its apps; asking for an
+            // app or a job's versions outside them is refused.
+            (Method::GET, "/v1/audit".into(), None, Needs::AnyRole),
+            (Method::GET, "/v1/audit?app=a".into(), None, Needs::ReadA),
+            (
+                Method::GET,
+                format!("/v1/jobs/{job}/versions"),
+                None,
+                Needs::ReadA,
+            ),
             (Method::GET, "/metrics".into(), None, Needs::AnyRole),
             (Method::GET, "/v1/tokens".into(), None, Needs::Admin),
             (
@@ -223,7 +233,7 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 19);
+    assert_eq!(checked, 5 * 22);
 }
 
 #[tokio::test]
