@@ -31,7 +31,9 @@ pub fn failover_bound() -> Duration {
     Duration::from_secs(LEASE_TTL_S + RENEW_S) + Duration::from_secs(3)
 }
 
-/// Lateness allowed where no node dies (hand-overs are immediate).
+/// Lateness allowed where no node dies: hand-overs are immediate, and the slack covers
+/// firing the handed-over backlog on a loaded 2-core machine (CI, running the other test
+/// binaries alongside, once measured 3.55 s in a rolling restart).
 pub fn handover_bound() -> Duration {
-    Duration::from_secs(3)
+    Duration::from_secs(5)
 }
