@@ -14,6 +14,7 @@ pub mod error;
 mod guard;
 mod health;
 mod jobs;
+mod preview;
 mod runs;
 mod state;
 mod tokens;
@@ -43,6 +44,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/resume", post(jobs::resume))
         .route("/v1/jobs/{id}/trigger", post(jobs::trigger))
         .route("/v1/jobs/{id}/runs", get(runs::list))
+        .route("/v1/jobs/{id}/preview", get(preview::job))
+        .route("/v1/schedules/preview", post(preview::schedule))
         .route("/v1/runs/{id}", get(runs::get))
         .route("/v1/cluster", get(cluster::status))
         .route("/v1/dlq", get(dlq::list))

@@ -1,5 +1,5 @@
-//! [`Jobs`]: every operation on jobs — create, read, list, update, delete, pause, resume
-//! and trigger. The HTTP API (and through it `chimectl` and the console) calls these and
+//! [`Jobs`]: every operation on jobs — create, read, list, update, delete, pause, resume,
+//! trigger and preview. The HTTP API (and through it `chimectl` and the console) calls these and
 //! nothing below them, so a rule about jobs (a permission, an audit entry, a quota) is
 //! written once, here.
 //!
@@ -60,7 +60,9 @@ use crate::{
         audit::{AuditEntry, actions},
         job::reschedules,
         limits::MAX_BATCH_JOBS,
+        preview::{self, Preview},
         quota::{QuotaExceeded, Quotas},
+        schedule::{Schedule, ScheduleSpec},
     },
     store::{JobPage, Store, StoreError, live_since, needs_live_zones},
     telemetry,
@@ -270,6 +272,43 @@ impl Jobs {
     /// Job `id`.
     pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<Job, JobsError> {
         self.job_for(caller, Action::ReadJobs, id).await
+    }
+
+    /// Job `id`'s next fires (`count`: see [`preview::check_count`]), from its next fire
+    /// time; for a paused job, from the first point of its schedule after now (what it
+    /// would fire once resumed). Also the job, for its `paused` flag.
+    pub async fn preview(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        count: Option<u32>,
+    ) -> Result<(Job, Preview), JobsError> {
+        let count = preview::check_count(count)?;
+        let job = self.job_for(caller, Action::ReadJobs, id).await?;
+        let schedule = &job.spec.settings.schedule;
+        let now = Utc::now();
+        let first = match job.next_fire_at {
+            Some(next) if job.spec.paused && next < now => schedule.next_after(next, now),
+            next => next,
+        };
+        let preview = preview::upcoming(schedule, first, count);
+        Ok((job, preview))
+    }
+
+    /// The next fires of a schedule not yet saved, as if a job with it were created now.
+    /// Any token may ask: it reads nothing stored.
+    pub fn preview_schedule(
+        &self,
+        caller: &Caller,
+        spec: &ScheduleSpec,
+        count: Option<u32>,
+    ) -> Result<Preview, JobsError> {
+        caller.check(Action::ReadJobs, None)?;
+        let count = preview::check_count(count)?;
+        let schedule = Schedule::from_spec(spec)?;
+        let now = Utc::now();
+        schedule.check_fires(now)?;
+        Ok(preview::for_new_schedule(&schedule, now, count))
     }
 
     /// Job `id`, if `caller` may perform `action` on its app.

@@ -8,6 +8,7 @@ mod dlq;
 mod dlq_table;
 mod import;
 mod job_args;
+mod preview;
 mod schedule_text;
 mod table;
 mod terminal;
@@ -142,6 +143,15 @@ pub enum JobCommand {
     Versions {
         /// The job.
         job: String,
+    },
+    /// Show a job's next fires, in UTC and in its time zone.
+    #[command(alias = "preview")]
+    Next {
+        /// The job.
+        job: String,
+        /// How many fires (1 to 100).
+        #[arg(long, short = 'n', default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+        count: u32,
     },
     /// Fire a job now.
     #[command(visible_alias = "fire", alias = "run")]
@@ -280,6 +290,10 @@ async fn job(
         JobCommand::Versions { job } => {
             let id = client.resolve_job(&job).await?;
             audit::versions(client, id, json, out).await
+        }
+        JobCommand::Next { job, count } => {
+            let id = client.resolve_job(&job).await?;
+            preview::next(client, id, count, json, out).await
         }
         JobCommand::Trigger { job } => {
             let id = client.resolve_job(&job).await?;

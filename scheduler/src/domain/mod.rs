@@ -12,6 +12,7 @@ pub mod job;
 pub mod limits;
 pub mod misfire;
 pub mod overlap;
+pub mod preview;
 pub mod quota;
 pub mod receipt;
 pub mod reply_auth;

@@ -127,6 +127,18 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             ),
             (Method::GET, format!("/v1/runs/{run}"), None, Needs::ReadA),
             (
+                Method::GET,
+                format!("/v1/jobs/{job}/preview"),
+                None,
+                Needs::ReadA,
+            ),
+            (
+                Method::POST,
+                "/v1/schedules/preview".into(),
+                Some(json!({"schedule": {"every": "1h"}})),
+                Needs::AnyRole,
+            ),
+            (
                 Method::POST,
                 "/v1/jobs".into(),
                 Some(new_job.clone()),
@@ -233,7 +245,7 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 22);
+    assert_eq!(checked, 5 * 24);
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ mod edges;
 mod jobs;
 mod jobs_service;
 mod listener;
+mod preview;
 mod quotas;
 mod runs;
 mod support;

@@ -1,5 +1,5 @@
 //! The HTTP API's wire types: what clients send and what `chimed` answers, by resource
-//! ([`job`], [`batch`], [`run`], [`page`], [`cluster`], [`dlq`],
+//! ([`job`], [`batch`], [`run`], [`page`], [`preview`], [`cluster`], [`dlq`],
 //! [`token`]), and [`RequestError`], what parsing
 //! them refuses.
 //!
@@ -15,6 +15,7 @@ pub mod dlq;
 mod error;
 pub mod job;
 pub mod page;
+pub mod preview;
 pub mod run;
 pub mod token;
 
@@ -25,6 +26,7 @@ pub use dlq::{DlqItems, DlqMessage, DlqSummary, PurgeResponse, ReplayReport, Rep
 pub use error::RequestError;
 pub use job::{BackoffRequest, JobRequest, JobResponse, JobResponseSpec, TargetRequest};
 pub use page::{ListQuery, ListResponse, parse_run_cursor, run_cursor};
+pub use preview::{PreviewQuery, PreviewResponse, SchedulePreviewRequest, UpcomingFireResponse};
 pub use run::{InstanceResponse, ItemResponse, RunResponse};
 pub use token::{TokenRequest, TokenResponse};
 

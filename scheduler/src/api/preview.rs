@@ -1,0 +1,41 @@
+//! `GET /v1/jobs/{id}/preview` and `POST /v1/schedules/preview`: the next fires of a
+//! stored job or of a schedule not yet saved, read through [`crate::app::Jobs`].
+
+use axum::{
+    Json,
+    body::Body,
+    extract::{Extension, Path, Query, State, rejection::QueryRejection},
+};
+
+use super::{
+    body::{parse_json, read_body},
+    dto::{PreviewQuery, PreviewResponse, SchedulePreviewRequest},
+    error::{ApiError, ErrorCode},
+    state::AppState,
+};
+use crate::domain::access::Caller;
+
+pub(super) async fn job(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    query: Result<Query<PreviewQuery>, QueryRejection>,
+) -> Result<Json<PreviewResponse>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::new(ErrorCode::InvalidField, e.body_text()))?;
+    let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::job_not_found(&id))?;
+    let (job, preview) = state.jobs().preview(&caller, id, query.count).await?;
+    Ok(Json(PreviewResponse::new(&preview, Some(job.spec.paused))))
+}
+
+pub(super) async fn schedule(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Body,
+) -> Result<Json<PreviewResponse>, ApiError> {
+    let bytes = read_body(body, state.body_limit()).await?;
+    let request: SchedulePreviewRequest = parse_json(&bytes)?;
+    let preview = state
+        .jobs()
+        .preview_schedule(&caller, &request.schedule, request.count)?;
+    Ok(Json(PreviewResponse::new(&preview, None)))
+}
