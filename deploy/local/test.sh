@@ -6,6 +6,7 @@
 # SQLite and PostgreSQL, and the end-to-end scenarios against real processes — then the
 # Python consumer package's tests (consumer-py/scripts/test.sh: a virtual environment
 # in consumer-py/.venv, dependencies from PyPI, pytest against the same services).
+# Installs promtool (Debian package prometheus) when missing, for the rule checks.
 #
 # Usage: deploy/local/test.sh [extra cargo test arguments, e.g. -- restart]
 # Env:   CHIME_TEST_POSTGRES_URL  server the tests create databases on
@@ -24,6 +25,15 @@ pg_url=$("$SCRIPT_DIR/postgres.sh")
 export CHIME_TEST_POSTGRES_URL=${CHIME_TEST_POSTGRES_URL:-$pg_url}
 # postgres.sh printed its label on stderr and the URL on stdout, which went to pg_url.
 log "the tests create their databases on $(printf '%s' "$CHIME_TEST_POSTGRES_URL" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#')"
+
+# promtool (Debian's prometheus package) checks the alert rules, the Grafana dashboard's
+# queries and the Compose stack's prometheus.yml (scheduler/tests/alert_rules.rs). Only
+# promtool is used; on a host with systemd the package also starts its own prometheus
+# service (port 9090): `systemctl disable --now prometheus` if you do not want it.
+if ! command -v promtool >/dev/null 2>&1; then
+    apt_install prometheus
+fi
+command -v promtool >/dev/null 2>&1 || die "promtool is needed (Debian package prometheus)"
 
 command -v cargo >/dev/null 2>&1 || die "cargo is needed (install Rust from https://rustup.rs)"
 cd "$ROOT"

@@ -105,6 +105,9 @@ pub const REPUBLISHES_WITHHELD: &str = "chime_republishes_withheld_total";
 /// 1 while a group's work queue (`queue`: the group's or a zone's) is known to have no
 /// consumer and runs wait in it; 0 once it has one again (see `crate::reconcile`).
 pub const GROUP_WITHOUT_CONSUMER: &str = "chime_group_without_consumer";
+/// Consumers of each group's work queue (`chime.group.<group>`), by `group` and `queue`,
+/// sampled with the dead-letter queues (every 15 s) for the groups some job targets.
+pub const GROUP_CONSUMERS: &str = "chime_group_consumers";
 /// Retryable failures given a retry (the run waits out its backoff as `failed`).
 pub const RETRIES_SCHEDULED: &str = "chime_retries_scheduled_total";
 /// Failed runs published again after their backoff.
@@ -243,9 +246,24 @@ pub fn metrics_handle() -> PrometheusHandle {
             // daemons); the handle still renders this one's registry.
             let _ = metrics::set_global_recorder(recorder);
             describe();
+            zero_alerting_counters();
             handle
         })
         .clone()
+}
+
+/// Unlabelled counters that alert rules watch with `increase()`, exported at 0 from the
+/// start: Prometheus takes a series' first sample as its start, so the first loss or
+/// takeover of a process would not count if the series only appeared with it.
+fn zero_alerting_counters() {
+    for name in [
+        LEASE_LOSSES,
+        SHARD_TAKEOVERS,
+        FIRES_FENCED,
+        DISPATCH_UNOWNED,
+    ] {
+        metrics::counter!(name).increment(0);
+    }
 }
 
 fn describe() {
@@ -326,6 +344,10 @@ fn describe() {
     describe_gauge!(
         GROUP_WITHOUT_CONSUMER,
         "1 while a group's work queue has no consumer and runs wait in it, by group and queue."
+    );
+    describe_gauge!(
+        GROUP_CONSUMERS,
+        "Consumers of each group's work queue (sampled), by group and queue."
     );
     describe_counter!(RETRIES, "Failed runs published again after their backoff.");
     describe_counter!(

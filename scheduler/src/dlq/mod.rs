@@ -1,7 +1,8 @@
 //! Dead-letter queues: what operators do with them (list, peek, replay, purge — the same
 //! operations behind `chimectl dlq` and `/v1/dlq`), the notices consumer that marks runs
 //! `dead` when RabbitMQ dead-letters their task ([`notices`]), and the sampler behind the
-//! `chime_dlq_depth` and `chime_dlq_oldest_age_seconds` gauges.
+//! `chime_dlq_depth` and `chime_dlq_oldest_age_seconds` gauges (and, on the same broker
+//! round, `chime_group_consumers`: each group's work queue's consumer count).
 //!
 //! The operations act only on the dead-letter queues Chime declared ([`DeadLetters::known`]):
 //! those of the groups its jobs target, of the observers that registered, and
@@ -340,6 +341,16 @@ impl DeadLetters {
                 }
                 Err(error) => warn!(%error, "cannot sample dead-letter queues"),
             }
+            match self.group_consumers().await {
+                Ok(counts) => {
+                    for (group, queue, consumers) in counts {
+                        metrics::gauge!(telemetry::GROUP_CONSUMERS,
+                            "group" => group, "queue" => queue)
+                        .set(f64::from(consumers));
+                    }
+                }
+                Err(error) => warn!(%error, "cannot sample the groups' consumers"),
+            }
             tokio::select! {
                 () = tokio::time::sleep(every) => {}
                 () = cancel.cancelled() => {
@@ -348,6 +359,57 @@ impl DeadLetters {
                 }
             }
         }
+    }
+}
+
+impl DeadLetters {
+    /// The consumer count of the work queue (`chime.group.<group>`) of every group some
+    /// job targets, as `(group, queue, consumers)`; groups whose queue does not exist
+    /// yet are left out. Zone queues are not counted.
+    pub(crate) async fn group_consumers(&self) -> Result<Vec<(String, String, u32)>, DlqError> {
+        let groups = self.store.target_groups().await?;
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let connection = broker::connect(&self.amqp_url, "dlq").await?;
+        let mut counts = Vec::new();
+        for group in groups {
+            let queue = topology::group_queue(&group);
+            match consumer_count(&connection, &queue).await {
+                Ok(Some(consumers)) => counts.push((group, queue, consumers)),
+                Ok(None) => {}
+                Err(error) => {
+                    close(&connection).await;
+                    return Err(error.into());
+                }
+            }
+        }
+        close(&connection).await;
+        Ok(counts)
+    }
+}
+
+/// `queue`'s consumer count, None when it does not exist (a passive declare on a
+/// channel of its own: NOT_FOUND closes the channel).
+async fn consumer_count(connection: &Connection, queue: &str) -> Result<Option<u32>, lapin::Error> {
+    let channel = connection.create_channel().await?;
+    let answer = channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    match answer {
+        Ok(declared) => {
+            let _ = channel.close(200, "counted".into()).await;
+            Ok(Some(declared.consumer_count()))
+        }
+        Err(error) if topology::is_not_found(&error) => Ok(None),
+        Err(error) => Err(error),
     }
 }
 

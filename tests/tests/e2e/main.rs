@@ -8,6 +8,7 @@ mod bad_input;
 mod bench;
 mod cli;
 mod crash;
+mod dashboards;
 mod delivery;
 mod demo;
 mod dlq_cli;
