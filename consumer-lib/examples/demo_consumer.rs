@@ -6,6 +6,8 @@
 //!     cargo run -p chime-consumer --example demo_consumer
 //! ```
 //!
+//! `CHIME_AMQP_URL_FILE=/run/secrets/amqp-url` reads the URL from a file instead (one
+//! trailing newline stripped; setting both is an error), as a mounted secret.
 //! `CHIME_ZONE=dc1` places the instance in zone `dc1` (it also runs that zone's `zone`-mode
 //! jobs) and `CHIME_BROADCAST=1` subscribes it to the group's broadcasts.
 
@@ -61,8 +63,9 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_target(false)
         .init();
-    let url = std::env::var("CHIME_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    // The URL, or a file holding it (a mounted secret); both set is an error.
+    let url = chime_consumer::env_file::var_or_file("CHIME_AMQP_URL", "CHIME_AMQP_URL_FILE")?
+        .unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
     let group = std::env::var("CHIME_GROUP").unwrap_or_else(|_| "demo".into());
     let mut builder = Consumer::builder(url, group);
     if std::env::var("CHIME_BROADCAST").is_ok_and(|v| v == "1" || v == "true") {

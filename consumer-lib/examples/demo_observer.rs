@@ -6,6 +6,7 @@
 //!     cargo run -p chime-consumer --example demo_observer
 //! ```
 //!
+//! `CHIME_AMQP_URL_FILE` reads the URL from a file instead, as for `demo_consumer`.
 //! `CHIME_OBSERVE` is a comma-separated list of topic patterns over `<app>.<job>` (default
 //! `#`, everything); `CHIME_OBSERVER` names the observer and its queue (default `demo-audit`).
 
@@ -20,8 +21,9 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_target(false)
         .init();
-    let url = std::env::var("CHIME_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    // The URL, or a file holding it (a mounted secret); both set is an error.
+    let url = chime_consumer::env_file::var_or_file("CHIME_AMQP_URL", "CHIME_AMQP_URL_FILE")?
+        .unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
     let name = std::env::var("CHIME_OBSERVER").unwrap_or_else(|_| "demo-audit".into());
     let patterns = std::env::var("CHIME_OBSERVE").unwrap_or_else(|_| "#".into());
     let mut builder = Observer::builder(url, name);

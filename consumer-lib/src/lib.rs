@@ -130,6 +130,7 @@
 pub mod backoff;
 pub mod connect;
 mod consumer;
+pub mod env_file;
 mod error;
 mod handler;
 pub mod idempotency;
