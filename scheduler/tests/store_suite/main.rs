@@ -173,6 +173,7 @@ fn presence(instance: &str, zone: &str, at: DateTime<Utc>) -> PresenceMessage {
         group: "orders".into(),
         zone: Some(zone.into()),
         broadcast: false,
+        version: None,
         at,
     }
 }
