@@ -131,6 +131,16 @@ fn ack_by(task_id: Uuid, consumer: &str, at: DateTime<Utc>) -> Reply {
     })
 }
 
+/// Instance, group, version, first seen, last seen, running.
+type ListedRow<'a> = (
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    DateTime<Utc>,
+    DateTime<Utc>,
+    u64,
+);
+
 pub(super) async fn consumers_list_instances_with_their_running_runs(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let epoch = DateTime::UNIX_EPOCH;
@@ -219,7 +229,7 @@ pub(super) async fn consumers_list_instances_with_their_running_runs(store: &dyn
         .consumers(now - Duration::minutes(1), None)
         .await
         .unwrap();
-    let rows: Vec<(&str, &str, Option<&str>, DateTime<Utc>, DateTime<Utc>, u64)> = listed
+    let rows: Vec<ListedRow<'_>> = listed
         .iter()
         .map(|c| {
             (
