@@ -493,6 +493,7 @@ fn replies() -> Vec<Reply> {
             group: "web".into(),
             zone: Some("dc1".into()),
             broadcast: true,
+            version: Some("chime-consumer/1.2.3".into()),
             at: now,
         }),
         Reply::Presence(PresenceMessage {
@@ -501,6 +502,7 @@ fn replies() -> Vec<Reply> {
             group: "web".into(),
             zone: None,
             broadcast: false,
+            version: None,
             at: now,
         }),
         Reply::Observe(ObserveMessage {

@@ -67,6 +67,8 @@ pub struct Config {
     /// `run_retention`: age (since `finished_at`) past which finished runs are deleted;
     /// `None` (written `0s`) keeps them forever.
     pub run_retention: Option<Duration>,
+    /// `consumer_retention`: how long a consumer instance is kept after its last presence.
+    pub consumer_retention: Duration,
     /// `shutdown_timeout`: shutdown's wait for in-flight publishes.
     pub shutdown_timeout: Duration,
     /// `node_name`: the node's name; empty means the host name.
@@ -365,6 +367,7 @@ impl Layers {
             reconcile_interval: parse("reconcile_interval").duration()?,
             takeover_ack_wait: parse("takeover_ack_wait").duration()?,
             run_retention: Some(parse("run_retention").duration()?).filter(|age| !age.is_zero()),
+            consumer_retention: parse("consumer_retention").duration()?,
             shutdown_timeout: parse("shutdown_timeout").duration()?,
             node_name: parse("node_name").text(),
             shard_count: parse("shard_count").with(|v| {
@@ -430,6 +433,11 @@ impl Layers {
                 .run_retention
                 .is_none_or(|age| age >= Duration::from_secs(3600)),
             "use 0s (keep forever) or at least 1h",
+        )?;
+        // Far longer than an instance counts as live (15 s), or live ones would vanish.
+        parse("consumer_retention").check(
+            config.consumer_retention >= Duration::from_secs(60),
+            "use at least 1m",
         )?;
         let cluster = config.cluster;
         parse("lease_ttl").check(

@@ -21,7 +21,7 @@ const DLQ_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 
 use crate::{
     api::{self, AppParts, AppState},
-    app::{Audit, Jobs, Node, Runs, Tokens},
+    app::{Audit, Consumers, Jobs, Node, Runs, Tokens},
     broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{
         DEFAULT_SHARD_COUNT, Membership, Ownership,
@@ -123,7 +123,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             takeover_ack_wait: config.takeover_ack_wait,
         },
     );
-    let pruner = Pruner::new(store.clone(), RetentionSettings::new(config.run_retention));
+    let pruner = Pruner::new(
+        store.clone(),
+        RetentionSettings {
+            consumer_retention: config.consumer_retention,
+            ..RetentionSettings::new(config.run_retention)
+        },
+    );
     let collector = ResultCollector::new(
         store.clone(),
         &config.amqp_url,
@@ -147,6 +153,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let state = AppState::new(AppParts {
         tokens: Arc::new(Tokens::new(store.clone(), bootstrap.as_deref())),
         audit: Arc::new(Audit::new(store.clone())),
+        consumers: Arc::new(Consumers::new(store.clone())),
         metrics_need_token: config.metrics_need_token,
         jobs: Arc::new(
             Jobs::new(

@@ -16,9 +16,10 @@ pub mod user_id;
 pub use dead_letter::DeadLetterMessage;
 pub use messages::{
     AckMessage, AttemptRecord, BatchKind, DeliveryMode, HeartbeatMessage, MAX_OBSERVER_PATTERNS,
-    MAX_OUTPUT_BYTES, MAX_OUTPUT_DEPTH, OBSERVE_INTERVAL_MS, OBSERVER_TTL_MS, ObserveMessage,
-    PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS, PresenceMessage, Progress, ProtocolError, Reply,
-    ReplyBatch, ReplyItem, ResultMessage, TaskError, TaskMessage, TaskOutcome,
+    MAX_OUTPUT_BYTES, MAX_OUTPUT_DEPTH, MAX_VERSION_LEN, OBSERVE_INTERVAL_MS, OBSERVER_TTL_MS,
+    ObserveMessage, PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS, PresenceMessage, Progress,
+    ProtocolError, Reply, ReplyBatch, ReplyItem, ResultMessage, TaskError, TaskMessage,
+    TaskOutcome,
 };
 pub use run_id::{broadcast_idempotency_key, item_run_id, manual_run_id, run_id};
 

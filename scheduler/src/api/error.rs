@@ -12,7 +12,7 @@ use tracing::error;
 
 use super::dto::RequestError;
 use crate::{
-    app::{AuditError, AuthError, JobsError, NodeError, RunsError, TokensError},
+    app::{AuditError, AuthError, ConsumersError, JobsError, NodeError, RunsError, TokensError},
     dlq::DlqError,
     domain::{FieldError, access::Denied},
     store::StoreError,
@@ -273,6 +273,15 @@ impl From<NodeError> for ApiError {
         match e {
             NodeError::Denied(denied) => denied.into(),
             NodeError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<ConsumersError> for ApiError {
+    fn from(e: ConsumersError) -> Self {
+        match e {
+            ConsumersError::Denied(denied) => denied.into(),
+            ConsumersError::Store(e) => e.into(),
         }
     }
 }

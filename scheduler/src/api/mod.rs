@@ -1,4 +1,4 @@
-//! The HTTP API under `/v1` (jobs, runs, cluster, dead-letter queues, tokens), health
+//! The HTTP API under `/v1` (jobs, runs, cluster, consumers, dead-letter queues, tokens), health
 //! checks and `/metrics`; every request but the health checks is authenticated ([`auth`]). Handlers parse the request, call an application service ([`crate::app`],
 //! [`crate::dlq::DeadLetters`]) and shape the answer; every error is JSON (see [`error`]).
 //! The router and its middleware are here; what the handlers share is [`AppState`].
@@ -8,6 +8,7 @@ pub mod auth;
 mod batch;
 pub mod body;
 pub mod cluster;
+mod consumers;
 pub mod dlq;
 pub mod dto;
 pub mod error;
@@ -48,6 +49,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/schedules/preview", post(preview::schedule))
         .route("/v1/runs/{id}", get(runs::get))
         .route("/v1/cluster", get(cluster::status))
+        .route("/v1/consumers", get(consumers::list))
         .route("/v1/dlq", get(dlq::list))
         .route("/v1/dlq/{queue}/messages", get(dlq::peek))
         .route("/v1/dlq/{queue}/replay", post(dlq::replay))

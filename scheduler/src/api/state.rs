@@ -6,7 +6,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::{
-    app::{Audit, Jobs, Node, Runs, Tokens},
+    app::{Audit, Consumers, Jobs, Node, Runs, Tokens},
     dlq::DeadLetters,
 };
 
@@ -20,6 +20,8 @@ pub struct AppParts {
     pub dead_letters: Arc<DeadLetters>,
     /// This node's view of the cluster and its readiness.
     pub node: Arc<Node>,
+    /// The consumer instances and groups.
+    pub consumers: Arc<Consumers>,
     /// API tokens: who is calling.
     pub tokens: Arc<Tokens>,
     /// The audit trail.
@@ -60,6 +62,10 @@ impl AppState {
 
     pub(super) fn node(&self) -> &Node {
         &self.parts.node
+    }
+
+    pub(super) fn consumers(&self) -> &Consumers {
+        &self.parts.consumers
     }
 
     pub(super) fn audit(&self) -> &Audit {

@@ -1,5 +1,5 @@
-//! The application layer: the operations on jobs ([`Jobs`]), runs ([`Runs`]) and this
-//! node's view ([`Node`]) that the edges call — the HTTP API today, and through it
+//! The application layer: the operations on jobs ([`Jobs`]), runs ([`Runs`]), the
+//! consumers' view ([`Consumers`]) and this node's view ([`Node`]) that the edges call — the HTTP API today, and through it
 //! `chimectl` and the console. Each service owns its operation from end to end (the
 //! store writes, telling the timer and dispatcher, declaring queues), so a rule about it
 //! (a permission, an audit entry, a quota) is written once, here. Dead-letter operations
@@ -9,12 +9,14 @@
 //! API maps each error to its error code once, in `api/error.rs`.
 
 pub mod audit;
+pub mod consumers;
 pub mod jobs;
 pub mod node;
 pub mod runs;
 pub mod tokens;
 
 pub use audit::{Audit, AuditError};
+pub use consumers::{Consumers, ConsumersError, ConsumersQuery};
 pub use jobs::{Jobs, JobsError};
 pub use node::{ClusterStatus, Node, NodeError, NodeStatus, Readiness};
 pub use runs::{Fire, Runs, RunsError};

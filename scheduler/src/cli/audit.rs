@@ -88,7 +88,7 @@ fn print(
 }
 
 /// Percent-encodes a query value.
-fn encode(value: &str) -> String {
+pub(super) fn encode(value: &str) -> String {
     value
         .bytes()
         .map(|b| match b {

@@ -4,6 +4,7 @@
 
 mod audit;
 mod client;
+mod consumers;
 mod dlq;
 mod dlq_table;
 mod import;
@@ -21,6 +22,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::api::dto::{ClusterResponse, JobResponse, ListResponse, RunResponse};
 pub use client::{Client, ClientError};
+pub use consumers::ConsumerCommand;
 pub use dlq::DlqCommand;
 use import::ImportArgs;
 use job_args::{AddArgs, EditArgs};
@@ -33,7 +35,7 @@ use terminal::write_json;
     name = "chimectl",
     version = crate::VERSION,
     about = "chimectl, the command-line client of the Chime scheduler: creates and edits jobs, \
-             shows their runs, the cluster and the dead-letter queues, through chimed's HTTP API.",
+             shows their runs, the cluster, the consumers and the dead-letter queues, through chimed's HTTP API.",
     long_about = None,
 )]
 pub struct Cli {
@@ -73,6 +75,10 @@ pub enum Command {
     /// Show the cluster's nodes and which shards each holds.
     #[command(alias = "nodes")]
     Cluster,
+    /// List consumer instances and the groups they serve, flagging groups with queued
+    /// work and no live instance.
+    #[command(subcommand, alias = "consumers")]
+    Consumer(ConsumerCommand),
     /// List, inspect, replay and purge dead-letter queues.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -227,6 +233,7 @@ pub async fn run_with(
                 write!(out, "{}", table::cluster(&status)).context("writing output")
             }
         }
+        Command::Consumer(command) => consumers::consumer(&client, command, json, out).await,
         Command::Dlq(command) => dlq::dlq(&client, command, json, out, terminal).await,
         Command::Token(command) => tokens::token(&client, command, json, out).await,
         Command::Audit(AuditCommand::Ls(args)) => audit::list(&client, &args, json, out).await,

@@ -159,6 +159,12 @@ pub const SETTINGS: &[Setting] = &[
         doc: "finished runs (succeeded, or dead with the dead letter published) older than this are deleted in small batches; 0s keeps them forever, otherwise at least 1h",
     },
     Setting {
+        key: "consumer_retention",
+        env: "CHIME_CONSUMER_RETENTION",
+        default: "24h",
+        doc: "consumer instances not heard from for this long are deleted (GET /v1/consumers lists the rest); at least 1m",
+    },
+    Setting {
         key: "node_name",
         env: "CHIME_NODE_NAME",
         default: "",

@@ -72,6 +72,25 @@ fn run_retention_is_off_or_at_least_an_hour() {
 }
 
 #[test]
+fn consumer_retention_defaults_to_a_day_and_is_at_least_a_minute() {
+    let with = |value: &'static str| {
+        Layers::new()
+            .env(move |var| (var == "CHIME_CONSUMER_RETENTION").then(|| value.to_string()))
+            .build()
+    };
+    assert_eq!(
+        Layers::new().build().unwrap().consumer_retention,
+        Duration::from_secs(24 * 3600)
+    );
+    assert_eq!(
+        with("2h").unwrap().consumer_retention,
+        Duration::from_secs(7200)
+    );
+    let err = with("30s").unwrap_err().to_string();
+    assert!(err.contains("use at least 1m"), "{err}");
+}
+
+#[test]
 fn lease_timing_must_leave_room_to_renew() {
     let env = |var: &str| match var {
         "CHIME_LEASE_TTL" => Some("3s".to_string()),

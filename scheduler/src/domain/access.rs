@@ -4,7 +4,9 @@
 //! [`Caller::check`] before they act; nothing here knows about HTTP or the store.
 //!
 //! Group-level resources (a group's dead-letter queue holds tasks of every app whose jobs
-//! target that group) are not owned by one app. The rule: listing dead-letter queues
+//! target that group; its consumers serve every such app) are not owned by one app.
+//! Consumers: a caller scoped to apps sees the groups its apps' jobs target. The rule for
+//! dead letters: listing dead-letter queues
 //! shows depths only and is open to every role; a peek shows only the messages of the
 //! caller's apps; a replay by an operator must name a job of its apps (only that job's
 //! messages move); a replay of a whole queue and a purge are admin operations.
@@ -102,6 +104,8 @@ pub enum Action {
     TriggerJobs,
     /// Read the cluster's nodes and shards.
     ReadCluster,
+    /// Read the consumer instances and groups (of the groups its apps' jobs target).
+    ReadConsumers,
     /// List dead-letter queues (depths) and peek (filtered to the caller's apps).
     ReadDeadLetters,
     /// Replay one job's dead letters.
@@ -122,6 +126,7 @@ impl Action {
     pub fn least_role(self) -> Role {
         match self {
             Action::ReadJobs | Action::ReadCluster | Action::ReadDeadLetters => Role::Reader,
+            Action::ReadConsumers => Role::Reader,
             Action::ReadMetrics => Role::Reader,
             Action::ChangeJobs | Action::TriggerJobs | Action::ReplayJobDeadLetters => {
                 Role::Operator
@@ -137,6 +142,7 @@ impl Action {
             Action::ChangeJobs => "change jobs",
             Action::TriggerJobs => "trigger jobs",
             Action::ReadCluster => "read the cluster",
+            Action::ReadConsumers => "read consumers",
             Action::ReadDeadLetters => "read dead-letter queues",
             Action::ReplayJobDeadLetters => "replay a job's dead letters",
             Action::ReplayQueue => "replay a whole dead-letter queue",

@@ -355,6 +355,7 @@ mod tests {
             group: "g".into(),
             zone: None,
             broadcast: false,
+            version: None,
             at: Utc::now(),
         });
         let (one, two, four) = (ack(1), ack(2), ack(4));

@@ -6,8 +6,8 @@ use serde_json::Value;
 use tracing::warn;
 
 use chime_consumer::protocol::{
-    AckMessage, HeartbeatMessage, MAX_OBSERVER_PATTERNS, ObserveMessage, PresenceMessage, Progress,
-    Reply, ResultMessage, TaskOutcome, topology,
+    AckMessage, HeartbeatMessage, MAX_OBSERVER_PATTERNS, MAX_VERSION_LEN, ObserveMessage,
+    PresenceMessage, Progress, Reply, ResultMessage, TaskOutcome, topology,
 };
 
 /// Prepares a reply for the store: replaces what PostgreSQL cannot store, checks the
@@ -32,6 +32,8 @@ pub(super) fn admit(reply: &mut Reply, now: DateTime<Utc>) -> Result<(), String>
         }
         Reply::Presence(presence) => {
             presence.at = now;
+            // Informational: one that does not fit is dropped, the presence still counts.
+            presence.version = presence.version.take().filter(|v| valid_version(v));
             Ok(())
         }
         Reply::Observe(observe) => {
@@ -80,6 +82,13 @@ fn valid_presence(presence: &PresenceMessage) -> bool {
             .zone
             .as_deref()
             .is_none_or(|zone| topology::check_zone(&presence.group, zone, 0).is_ok())
+}
+
+/// Whether a presence message's `version` is 1 to [`MAX_VERSION_LEN`] printable ASCII
+/// characters (spaces allowed).
+fn valid_version(version: &str) -> bool {
+    (1..=MAX_VERSION_LEN).contains(&version.len())
+        && version.bytes().all(|b| (b' '..=b'~').contains(&b))
 }
 
 /// Whether an observer registration names a valid observer and 1 to
@@ -192,6 +201,7 @@ mod tests {
             group: group.into(),
             zone: zone.map(str::to_string),
             broadcast: false,
+            version: None,
             at: chrono::Utc::now(),
         };
         assert!(valid_presence(&presence("web", Some("dc1"))));
@@ -202,6 +212,35 @@ mod tests {
         let long = "x".repeat(128);
         assert!(valid_presence(&presence(&long, Some("dc1"))));
         assert!(!valid_presence(&presence(&long, Some(&long))));
+    }
+
+    #[test]
+    fn a_presence_keeps_a_fitting_version_and_drops_another() {
+        let reply = |version: &str| {
+            let mut reply = Reply::Presence(PresenceMessage {
+                v: 1,
+                instance: "web-1".into(),
+                group: "web".into(),
+                zone: None,
+                broadcast: false,
+                version: Some(version.into()),
+                at: chrono::Utc::now(),
+            });
+            admit(&mut reply, chrono::Utc::now()).expect("the presence is admitted");
+            match reply {
+                Reply::Presence(presence) => presence.version,
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(
+            reply("chime-consumer/0.1.0").as_deref(),
+            Some("chime-consumer/0.1.0")
+        );
+        assert_eq!(reply("my app 2.0").as_deref(), Some("my app 2.0"));
+        assert_eq!(reply(""), None);
+        assert_eq!(reply(&"v".repeat(65)), None);
+        assert_eq!(reply("caf\u{e9}/1"), None);
+        assert_eq!(reply("a\nb"), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Retention: keeps the store bounded. The pruner deletes finished runs older than
-//! `run_retention` and consumer instances not heard from for a day, in small batches, so
+//! `run_retention` and consumer instances not heard from for `consumer_retention` (a
+//! day by default), in small batches, so
 //! the `runs` and `consumers` tables stop growing with time and no statement holds locks
 //! for long.
 //!
@@ -11,7 +12,8 @@
 //!   for its retry) nor a `dead` run whose dead letter is still pending: the reconciler
 //!   still owes it work;
 //! - consumer instances (presence rows) whose last presence message is older than
-//!   [`CONSUMER_RETENTION`]; an instance that comes back is recorded again;
+//!   `consumer_retention` (default [`CONSUMER_RETENTION`]); an instance that comes back
+//!   is recorded again, with a new first-seen time;
 //! - observer patterns not registered again for [`OBSERVER_TTL_MS`] (7 days): no copy
 //!   is published for them any more, and an observer that comes back registers again.
 //!
@@ -24,8 +26,9 @@
 //! `SKIP LOCKED`, so nodes pruning together split the work instead of waiting, and a pass
 //! with nothing to delete is one index probe per table.
 //!
-//! Options: `run_retention` (default 7 days; `0s` keeps runs forever), see
-//! [`crate::config`]; the batch size, interval and consumer retention are constants.
+//! Options: `run_retention` (default 7 days; `0s` keeps runs forever) and
+//! `consumer_retention` (default 1 day, at least 1 minute), see [`crate::config`]; the
+//! batch size and interval are constants.
 //!
 //! Metrics: `chime_runs_pruned_total`, `chime_consumers_pruned_total`,
 //! `chime_observers_pruned_total`; a failed pass counts
@@ -49,9 +52,10 @@ use crate::{
 pub const PRUNE_BATCH: u32 = 1000;
 /// Time between pruning passes.
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
-/// How long a consumer instance's presence row is kept after its last presence message.
-/// Far longer than an instance counts as live (15 s), so `consumers` shows recent
-/// departures while it stays bounded by the instances of about a day.
+/// How long a consumer instance's presence row is kept after its last presence message,
+/// by default (setting `consumer_retention`). Far longer than an instance counts as live
+/// (15 s), so `GET /v1/consumers?stale=include` shows recent departures while the table
+/// stays bounded by the instances of about a day.
 pub const CONSUMER_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// What the pruner deletes and how it paces itself.
@@ -61,7 +65,7 @@ pub struct RetentionSettings {
     /// 7 days (setting `run_retention`).
     pub run_retention: Option<Duration>,
     /// Consumer instances not heard from for this long are deleted. Default
-    /// [`CONSUMER_RETENTION`].
+    /// [`CONSUMER_RETENTION`] (setting `consumer_retention`).
     pub consumer_retention: Duration,
     /// Most rows per statement; at least 1. Default [`PRUNE_BATCH`].
     pub batch: u32,

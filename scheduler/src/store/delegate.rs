@@ -210,6 +210,18 @@ macro_rules! route_store {
                 presence::observed_patterns(&self.$reads, since).await
             }
 
+            async fn consumers(
+                &self,
+                since: ::chrono::DateTime<::chrono::Utc>,
+                group: Option<&str>,
+            ) -> Result<Vec<$crate::store::ConsumerInstance>, $crate::store::StoreError> {
+                presence::consumers(&self.$reads, since, group).await
+            }
+
+            async fn queued_by_group(&self) -> Result<Vec<(String, u64)>, $crate::store::StoreError> {
+                presence::queued_by_group(&self.$reads).await
+            }
+
             async fn observer_names(&self) -> Result<Vec<String>, $crate::store::StoreError> {
                 presence::observer_names(&self.$reads).await
             }

@@ -49,9 +49,9 @@ pub use open::{Backend, open, open_backend};
 pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
 pub use types::{
-    DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES, Misfire,
-    NextAttempt, OverdueRun, RecordedReplies, Replay, ReplyApplied, ReplyEffect, RunChange,
-    RunPage, StoredToken,
+    ConsumerInstance, DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES,
+    Misfire, NextAttempt, OverdueRun, RecordedReplies, Replay, ReplyApplied, ReplyEffect,
+    RunChange, RunPage, StoredToken,
 };
 
 /// Why a store operation failed.
@@ -306,6 +306,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// The zones whose consumers sent a presence message since `since`, by group.
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError>;
+
+    /// The consumer instances last heard from at or after `since`, by group and instance,
+    /// each with the runs it is running ([`ConsumerInstance::running`], counted through
+    /// the `runs_running` and `runs_in_flight` indexes). `group` narrows it to one group.
+    async fn consumers(
+        &self,
+        since: DateTime<Utc>,
+        group: Option<&str>,
+    ) -> Result<Vec<ConsumerInstance>, StoreError>;
+
+    /// Runs published and not acked yet (`dispatched`), by their job's target group: the
+    /// work queued for each group's consumers. Groups with none are left out.
+    async fn queued_by_group(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
     /// Every distinct pattern some observer registered since `since`.
     async fn observed_patterns(&self, since: DateTime<Utc>) -> Result<Vec<String>, StoreError>;

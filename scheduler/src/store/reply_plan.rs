@@ -384,6 +384,7 @@ mod tests {
                 group: "g".into(),
                 zone: None,
                 broadcast: false,
+                version: None,
                 at: Utc::now(),
             })
         };

@@ -239,3 +239,25 @@ pub struct StoredToken {
     /// The SHA-256 of its secret, lower-case hex.
     pub secret_sha256: String,
 }
+
+/// A consumer instance as its presence messages report it, with what it is running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerInstance {
+    /// Its instance id.
+    pub instance: String,
+    /// Its consumer group.
+    pub group: String,
+    /// Its zone, if it declared one.
+    pub zone: Option<String>,
+    /// Whether it takes the group's broadcasts.
+    pub broadcast: bool,
+    /// The software it reports (`name/version`), if any.
+    pub version: Option<String>,
+    /// Its first presence on record (since it was last pruned).
+    pub first_seen: DateTime<Utc>,
+    /// Its latest presence, by the receiving node's clock.
+    pub last_seen: DateTime<Utc>,
+    /// Runs it acked and has not finished: `acked` group, zone and sharded runs whose
+    /// consumer it is, and open broadcast runs on which its receipt is `running`.
+    pub running: u64,
+}

@@ -8,6 +8,7 @@ mod access;
 mod audit;
 mod batch;
 mod cluster_health;
+mod consumers;
 mod dlq;
 mod edges;
 mod jobs;

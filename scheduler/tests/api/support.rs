@@ -16,7 +16,7 @@ use axum::{
 };
 use chime_scheduler::{
     api::{self, AppParts, AppState},
-    app::{Audit, Jobs, Node, Runs, Tokens},
+    app::{Audit, Consumers, Jobs, Node, Runs, Tokens},
     broker::GroupDeclarer,
     cluster::{ClusterSettings, DEFAULT_SHARD_COUNT, Ownership},
     dispatch::{Dispatcher, ObserverCopies},
@@ -148,6 +148,7 @@ impl TestApp {
             )),
             tokens: Arc::new(Tokens::new(store.clone(), Some(ADMIN_TOKEN))),
             audit: Arc::new(Audit::new(store.clone())),
+            consumers: Arc::new(Consumers::new(store.clone())),
             metrics_need_token: true,
             payload_limit: PAYLOAD_LIMIT,
             metrics: telemetry::metrics_handle(),

@@ -431,6 +431,7 @@ pub(super) async fn sharded_and_zone_fires_record_one_run_per_item(store: &dyn S
         group: "orders".into(),
         zone: zone.map(str::to_string),
         broadcast: false,
+        version: None,
         at,
     };
     let at = now + Duration::milliseconds(2003);

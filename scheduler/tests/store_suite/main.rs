@@ -173,6 +173,7 @@ fn presence(instance: &str, zone: &str, at: DateTime<Utc>) -> PresenceMessage {
         group: "orders".into(),
         zone: Some(zone.into()),
         broadcast: false,
+        version: None,
         at,
     }
 }
@@ -226,6 +227,7 @@ store_suite!(
         retention::retention_prunes_old_finished_runs_and_stale_consumers,
         presence::observer_registrations_are_kept_until_they_expire,
         presence::observer_names_list_every_observer_on_record_once,
+        presence::the_pruner_keeps_consumers_for_consumer_retention,
     ],
     borrowed: [
         jobs::jobs_round_trip_and_names_are_unique,
@@ -247,6 +249,7 @@ store_suite!(
         fire::fire_applies_the_misfire_policy,
         fire::fire_ignores_paused_and_deleted_jobs,
         fire::one_shot_fires_once_and_finishes,
+        presence::consumers_list_instances_with_their_running_runs,
         replies::replies_move_runs_through_their_states,
         replies::a_batch_of_replies_applies_in_order_in_one_call,
         replies::a_round_of_many_replies_writes_every_run,

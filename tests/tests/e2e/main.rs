@@ -7,6 +7,7 @@ mod at_least_once;
 mod bad_input;
 mod bench;
 mod cli;
+mod consumers;
 mod crash;
 mod dashboards;
 mod delivery;

@@ -13,9 +13,9 @@ pub use outcome::{
     AttemptRecord, MAX_OUTPUT_BYTES, MAX_OUTPUT_DEPTH, Progress, TaskError, TaskOutcome,
 };
 pub use reply::{
-    AckMessage, BatchKind, HeartbeatMessage, MAX_OBSERVER_PATTERNS, OBSERVE_INTERVAL_MS,
-    OBSERVER_TTL_MS, ObserveMessage, PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS, PresenceMessage, Reply,
-    ReplyBatch, ReplyItem, ResultMessage,
+    AckMessage, BatchKind, HeartbeatMessage, MAX_OBSERVER_PATTERNS, MAX_VERSION_LEN,
+    OBSERVE_INTERVAL_MS, OBSERVER_TTL_MS, ObserveMessage, PRESENCE_INTERVAL_MS, PRESENCE_TTL_MS,
+    PresenceMessage, Reply, ReplyBatch, ReplyItem, ResultMessage,
 };
 
 use chrono::{DateTime, Utc};

@@ -238,6 +238,9 @@ pub struct HeartbeatMessage {
     pub progress: Option<Progress>,
 }
 
+/// The longest `version` a presence message may carry; `chimed` ignores a longer one.
+pub const MAX_VERSION_LEN: usize = 64;
+
 /// "Instance `instance` of group `group` is alive." Sent every [`PRESENCE_INTERVAL_MS`];
 /// an instance not heard from for [`PRESENCE_TTL_MS`] counts as gone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -254,6 +257,10 @@ pub struct PresenceMessage {
     /// Whether the instance receives the group's broadcasts.
     #[serde(default)]
     pub broadcast: bool,
+    /// The consumer's software as `name/version` (informational, shown by
+    /// `GET /v1/consumers`), at most [`MAX_VERSION_LEN`] printable ASCII characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// When it was sent.
     #[serde(serialize_with = "crate::protocol::instant::serialize")]
     pub at: DateTime<Utc>,

@@ -1,5 +1,5 @@
 //! The HTTP API's wire types: what clients send and what `chimed` answers, by resource
-//! ([`job`], [`batch`], [`run`], [`page`], [`preview`], [`cluster`], [`dlq`],
+//! ([`job`], [`batch`], [`run`], [`page`], [`preview`], [`cluster`], [`consumer`], [`dlq`],
 //! [`token`]), and [`RequestError`], what parsing
 //! them refuses.
 //!
@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod batch;
 pub mod cluster;
+pub mod consumer;
 pub mod dlq;
 mod error;
 pub mod job;
@@ -22,6 +23,7 @@ pub mod token;
 pub use audit::{AuditEntryResponse, AuditListQuery};
 pub use batch::{BatchItemError, BatchRefusal, JobBatchRequest, JobBatchResponse};
 pub use cluster::{ClusterResponse, NodeResponse};
+pub use consumer::{ConsumerGroupResponse, ConsumerResponse, ConsumersQuery, ConsumersResponse};
 pub use dlq::{DlqItems, DlqMessage, DlqSummary, PurgeResponse, ReplayReport, ReplayRequest};
 pub use error::RequestError;
 pub use job::{BackoffRequest, JobRequest, JobResponse, JobResponseSpec, TargetRequest};

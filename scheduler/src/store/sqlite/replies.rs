@@ -278,16 +278,17 @@ async fn record_presence(
     presence: &PresenceMessage,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO consumers (instance, group_name, zone, broadcast, last_seen)
-         VALUES (?1, ?2, ?3, ?4, ?5)
+        "INSERT INTO consumers (instance, group_name, zone, broadcast, last_seen, first_seen, version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
          ON CONFLICT (instance) DO UPDATE SET group_name = ?2, zone = ?3, broadcast = ?4,
-             last_seen = MAX(last_seen, ?5)",
+             last_seen = MAX(last_seen, ?5), first_seen = MIN(first_seen, ?5), version = ?6",
     )
     .bind(&presence.instance)
     .bind(&presence.group)
     .bind(&presence.zone)
     .bind(presence.broadcast)
     .bind(ms(presence.at))
+    .bind(&presence.version)
     .execute(conn)
     .await?;
     Ok(())
