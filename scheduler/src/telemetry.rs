@@ -347,7 +347,7 @@ fn describe() {
     );
     describe_gauge!(
         GROUP_CONSUMERS,
-        "Consumers of each group's work queue (sampled), by group and queue."
+        "Live consumer instances of each group some job targets (from presence, sampled), by group and work queue."
     );
     describe_counter!(RETRIES, "Failed runs published again after their backoff.");
     describe_counter!(

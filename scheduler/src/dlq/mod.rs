@@ -18,7 +18,11 @@ mod message;
 pub mod notices;
 mod replay;
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use chrono::Utc;
 use lapin::{
@@ -363,53 +367,32 @@ impl DeadLetters {
 }
 
 impl DeadLetters {
-    /// The consumer count of the work queue (`chime.group.<group>`) of every group some
-    /// job targets, as `(group, queue, consumers)`; groups whose queue does not exist
-    /// yet are left out. Zone queues are not counted.
+    /// The live consumer instances (a presence within the last 15 s, as
+    /// `GET /v1/consumers` counts them) of every group some job targets, as
+    /// `(group, work queue, instances)`; 0 for a group with none. Counted from presence,
+    /// not from the broker: RabbitMQ (until rabbitmq-server#16185, 2026) answers a passive
+    /// declare of a quorum queue with its unacknowledged message count as the consumer
+    /// count.
     pub(crate) async fn group_consumers(&self) -> Result<Vec<(String, String, u32)>, DlqError> {
         let groups = self.store.target_groups().await?;
         if groups.is_empty() {
             return Ok(Vec::new());
         }
-        let connection = broker::connect(&self.amqp_url, "dlq").await?;
-        let mut counts = Vec::new();
-        for group in groups {
-            let queue = topology::group_queue(&group);
-            match consumer_count(&connection, &queue).await {
-                Ok(Some(consumers)) => counts.push((group, queue, consumers)),
-                Ok(None) => {}
-                Err(error) => {
-                    close(&connection).await;
-                    return Err(error.into());
-                }
-            }
+        let live = self
+            .store
+            .consumers(crate::store::live_since(chrono::Utc::now()), None)
+            .await?;
+        let mut counts: HashMap<&str, u32> = HashMap::new();
+        for instance in &live {
+            *counts.entry(instance.group.as_str()).or_default() += 1;
         }
-        close(&connection).await;
-        Ok(counts)
-    }
-}
-
-/// `queue`'s consumer count, None when it does not exist (a passive declare on a
-/// channel of its own: NOT_FOUND closes the channel).
-async fn consumer_count(connection: &Connection, queue: &str) -> Result<Option<u32>, lapin::Error> {
-    let channel = connection.create_channel().await?;
-    let answer = channel
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await;
-    match answer {
-        Ok(declared) => {
-            let _ = channel.close(200, "counted".into()).await;
-            Ok(Some(declared.consumer_count()))
-        }
-        Err(error) if topology::is_not_found(&error) => Ok(None),
-        Err(error) => Err(error),
+        Ok(groups
+            .iter()
+            .map(|group| {
+                let consumers = counts.get(group.as_str()).copied().unwrap_or(0);
+                (group.clone(), topology::group_queue(group), consumers)
+            })
+            .collect())
     }
 }
 

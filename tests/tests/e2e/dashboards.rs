@@ -208,6 +208,12 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_exported() {
     )
     .await;
     assert!(
+        text.contains(
+            "chime_group_consumers{group=\"dash-lonely\",queue=\"chime.group.dash-lonely\"} 0"
+        ),
+        "a group nobody consumes counts 0:\n{text}"
+    );
+    assert!(
         text.contains("chime_group_consumers{group=\"dash\",queue=\"chime.group.dash\"} 1"),
         "the consumer of group dash is not counted:\n{}",
         text.lines()
