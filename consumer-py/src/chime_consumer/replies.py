@@ -46,6 +46,15 @@ from .stats import Counters
 if TYPE_CHECKING:
     from .context import TaskContext
 
+
+def library_version() -> str:
+    """What presence messages report as ``version``: ``chime-consumer-py/<version>``."""
+    # Imported here: the package's __init__ imports this module.
+    from . import __version__
+
+    return f"chime-consumer-py/{__version__}"
+
+
 log = logging.getLogger("chime_consumer")
 
 #: Messages published and not yet confirmed before further replies wait to be batched.
@@ -164,7 +173,14 @@ class ReplyPublisher:
 
     async def send_presence(self, group: str, zone: Optional[str], broadcast: bool) -> None:
         await self.send(
-            PresenceMessage(self.instance, group, utc_now(), zone=zone, broadcast=broadcast)
+            PresenceMessage(
+                self.instance,
+                group,
+                utc_now(),
+                zone=zone,
+                broadcast=broadcast,
+                version=library_version(),
+            )
         )
 
     async def send_observe(self, observer: str, patterns: Sequence[str]) -> None:

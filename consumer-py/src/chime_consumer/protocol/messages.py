@@ -475,6 +475,8 @@ class PresenceMessage:
     at: datetime
     zone: Optional[str] = None
     broadcast: bool = False
+    #: The consumer library and its version, ``name/version`` (optional).
+    version: Optional[str] = None
     v: int = PROTOCOL_VERSION
 
     def to_dict(self) -> Dict[str, Any]:
@@ -487,6 +489,8 @@ class PresenceMessage:
         if self.zone is not None:
             out["zone"] = self.zone
         out["broadcast"] = self.broadcast
+        if self.version is not None:
+            out["version"] = self.version
         out["at"] = format_instant(self.at)
         return out
 
@@ -559,6 +563,7 @@ def reply_from_dict(value: Any) -> Reply:
             group=_str(obj, "group"),
             zone=_str(obj, "zone", optional=True),
             broadcast=_bool(obj, "broadcast", False),
+            version=_str(obj, "version", optional=True),
             at=_instant(obj, "at"),
         )
     elif kind == "observe":
