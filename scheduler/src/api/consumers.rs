@@ -32,6 +32,11 @@ pub(super) async fn list(
             ));
         }
     };
+    // A group that breaks the naming rule names no group (and a NUL in it is one the
+    // database would refuse to compare), as for a job listing's `app`.
+    if let Some(group) = &query.group {
+        crate::domain::job::validate_name("group", group)?;
+    }
     let query = app::ConsumersQuery {
         group: query.group,
         include_stale,

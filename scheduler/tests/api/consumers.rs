@@ -179,6 +179,12 @@ async fn consumers_filter_by_group_and_include_stale_instances_on_request() {
         .await
         .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
         .assert_field("stale");
+    for bad in ["a%00b", "-lead", "has.dot"] {
+        app.get(&format!("/v1/consumers?group={bad}"))
+            .await
+            .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
+            .assert_field("group");
+    }
 }
 
 #[tokio::test]
