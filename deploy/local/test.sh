@@ -5,7 +5,9 @@
 # builds the workspace, and runs the whole test suite — unit tests, the store suite on
 # SQLite and PostgreSQL, and the end-to-end scenarios against real processes — then the
 # Python consumer package's tests (consumer-py/scripts/test.sh: a virtual environment
-# in consumer-py/.venv, dependencies from PyPI, pytest against the same services).
+# in consumer-py/.venv, dependencies from PyPI, pytest against the same services), and
+# the property-based API test driven by the OpenAPI document (tests/tools/api-schema-test.sh:
+# schemathesis from PyPI against a live chimed).
 # Installs promtool (Debian package prometheus) when missing, for the rule checks.
 #
 # Usage: deploy/local/test.sh [extra cargo test arguments, e.g. -- restart]
@@ -51,3 +53,9 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' ||
     die "consumer-py needs Python 3.9 or newer (found $(python3 --version 2>&1))"
 log "running the Python consumer package's tests (consumer-py)"
 "$ROOT/consumer-py/scripts/test.sh" -q
+
+# --- the API against its OpenAPI document (schemathesis) ------------------------------
+# A live chimed (SQLite, its own vhost) tested with schemathesis from PyPI, in a venv the
+# script makes in target/schemathesis-venv; a few minutes at most.
+log "running the property-based API test (tests/tools/api-schema-test.sh)"
+"$ROOT/tests/tools/api-schema-test.sh"

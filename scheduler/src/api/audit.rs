@@ -15,6 +15,12 @@ use super::{
 };
 use crate::domain::{access::Caller, audit::AuditQuery};
 
+/// The audit trail, newest first, filtered to the token's apps.
+#[utoipa::path(
+    get, path = "/v1/audit", operation_id = "listAudit", tag = "security",
+    params(AuditListQuery),
+    responses((status = 200, description = "A page of audit entries.", body = ListResponse<AuditEntryResponse>)),
+)]
 pub(super) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -56,6 +62,12 @@ pub(super) async fn list(
     }))
 }
 
+/// A job's changes, newest first (including its deletion).
+#[utoipa::path(
+    get, path = "/v1/jobs/{id}/versions", operation_id = "listJobVersions", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id.")),
+    responses((status = 200, description = "The job's audit entries; `next` is always null.", body = ListResponse<AuditEntryResponse>), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn versions(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

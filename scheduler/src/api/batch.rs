@@ -26,6 +26,18 @@ use crate::{
     domain::access::Caller,
 };
 
+/// Creates jobs, all or none.
+#[utoipa::path(
+    post, path = "/v1/jobs/batch", operation_id = "createJobBatch", tag = "jobs",
+    request_body = JobBatchRequest,
+    responses(
+        (status = 201, description = "The jobs, as stored, in the order sent.", body = JobBatchResponse),
+        (status = 400, description = "Refused: every job at fault, by index; nothing stored.", body = crate::api::openapi::BatchErrorBody),
+        (status = 403, description = "Refused: the token may not change jobs of an app, or a quota (`forbidden`, `quota_exceeded`).", body = crate::api::openapi::BatchErrorBody),
+        (status = 409, description = "Refused: a duplicate name (`duplicate_name`).", body = crate::api::openapi::BatchErrorBody),
+        (status = 413, description = "A payload over the limit (`payload_too_large`).", body = crate::api::openapi::BatchErrorBody),
+    ),
+)]
 pub(super) async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -13,6 +13,11 @@ use axum::{
     extract::{Extension, State},
 };
 
+/// Which node holds which shards.
+#[utoipa::path(
+    get, path = "/v1/cluster", operation_id = "getCluster", tag = "operations",
+    responses((status = 200, description = "The cluster.", body = ClusterResponse)),
+)]
 pub(super) async fn status(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -15,6 +15,12 @@ use super::{
 };
 use crate::{app, domain::access::Caller, domain::timestamp::timestamp};
 
+/// Consumer instances and groups (of the groups the token's apps' jobs target).
+#[utoipa::path(
+    get, path = "/v1/consumers", operation_id = "listConsumers", tag = "operations",
+    params(super::dto::ConsumersQuery),
+    responses((status = 200, description = "Instances and groups.", body = ConsumersResponse)),
+)]
 pub(super) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -26,12 +26,18 @@ pub const DEFAULT_PEEK: usize = 10;
 pub const DEFAULT_REPLAY_LIMIT: u32 = 1000;
 
 /// The query of `GET /v1/dlq/{queue}/messages`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PeekQuery {
     /// How many messages, default 10, at most [`MAX_PEEK`].
     pub limit: Option<usize>,
 }
 
+/// The dead-letter queues, with depths and reasons.
+#[utoipa::path(
+    get, path = "/v1/dlq", operation_id = "listDeadLetterQueues", tag = "dlq",
+    responses((status = 200, description = "The queues.", body = DlqItems<DlqSummary>)),
+)]
 pub(super) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -40,6 +46,12 @@ pub(super) async fn list(
     Ok(Json(DlqItems { items }))
 }
 
+/// The oldest messages of a dead-letter queue (of the token's apps), left in place.
+#[utoipa::path(
+    get, path = "/v1/dlq/{queue}/messages", operation_id = "peekDeadLetters", tag = "dlq",
+    params(("queue" = String, Path, description = "The dead-letter queue's name."), PeekQuery),
+    responses((status = 200, description = "The messages, oldest first.", body = DlqItems<DlqMessage>), (status = 404, description = "No such dead-letter queue (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn peek(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -55,6 +67,12 @@ pub(super) async fn peek(
 
 /// Replays up to `limit` messages in one request; a failure part-way answers with the
 /// error, and what was replayed before it stays replayed.
+#[utoipa::path(
+    post, path = "/v1/dlq/{queue}/replay", operation_id = "replayDeadLetters", tag = "dlq",
+    params(("queue" = String, Path, description = "The dead-letter queue's name.")),
+    request_body(content = Option<ReplayRequest>, description = "Optional: which messages (default: every one, up to 1000)."),
+    responses((status = 200, description = "What the replay did.", body = ReplayReport), (status = 404, description = "No such dead-letter queue (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn replay(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -75,6 +93,12 @@ pub(super) async fn replay(
     Ok(Json(report))
 }
 
+/// Empties a dead-letter queue.
+#[utoipa::path(
+    post, path = "/v1/dlq/{queue}/purge", operation_id = "purgeDeadLetters", tag = "dlq",
+    params(("queue" = String, Path, description = "The dead-letter queue's name.")),
+    responses((status = 200, description = "The queue emptied.", body = PurgeResponse), (status = 404, description = "No such dead-letter queue (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn purge(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

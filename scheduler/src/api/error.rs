@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// Machine-readable error codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The body is not JSON.
@@ -82,7 +82,8 @@ impl ErrorCode {
 }
 
 /// An API error response.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorDetail)]
 pub struct ApiError {
     /// What kind of error.
     pub code: ErrorCode,

@@ -11,10 +11,23 @@ use serde_json::json;
 
 use super::state::AppState;
 
+/// Liveness: the process answers.
+#[utoipa::path(
+    get, path = "/healthz", operation_id = "healthz", tag = "operations", security(()),
+    responses((status = 200, description = "Alive.", body = crate::api::openapi::HealthResponse)),
+)]
 pub(super) async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
+/// Readiness: the database and the broker answer.
+#[utoipa::path(
+    get, path = "/readyz", operation_id = "readyz", tag = "operations", security(()),
+    responses(
+        (status = 200, description = "Ready.", body = crate::api::openapi::ReadinessResponse),
+        (status = 503, description = "Not ready; `checks` says what is unavailable.", body = crate::api::openapi::ReadinessResponse),
+    ),
+)]
 pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let readiness = state.node().readiness().await;
     let status = if readiness.is_ready() {
@@ -32,6 +45,11 @@ pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// Prometheus metrics (text exposition format). Needs a token unless `metrics_auth` is off.
+#[utoipa::path(
+    get, path = "/metrics", operation_id = "metrics", tag = "operations", security((), ("bearer" = [])),
+    responses((status = 200, description = "The metrics.", content_type = "text/plain", body = String)),
+)]
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -22,6 +22,17 @@ use crate::{
     store::JobPage,
 };
 
+/// Creates a job.
+#[utoipa::path(
+    post, path = "/v1/jobs", operation_id = "createJob", tag = "jobs",
+    request_body = super::dto::JobRequest,
+    responses(
+        (status = 201, description = "The job, as stored.", body = JobResponse,
+            headers(("Location" = String, description = "The job's path."))),
+        (status = 403, description = "The token may not change jobs of this app, or the change would take the app over a quota (`forbidden`, `quota_exceeded`).", body = crate::api::openapi::ErrorBody),
+        (status = 409, description = "Another job has this app and name (`duplicate_name`).", body = crate::api::openapi::ErrorBody),
+    ),
+)]
 pub(super) async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -39,6 +50,12 @@ pub(super) async fn create(
     ))
 }
 
+/// Lists jobs, by id, a page at a time.
+#[utoipa::path(
+    get, path = "/v1/jobs", operation_id = "listJobs", tag = "jobs",
+    params(ListQuery),
+    responses((status = 200, description = "A page of jobs.", body = ListResponse<JobResponse>)),
+)]
 pub(super) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -85,6 +102,12 @@ pub(super) async fn list(
     }))
 }
 
+/// Reads a job.
+#[utoipa::path(
+    get, path = "/v1/jobs/{id}", operation_id = "getJob", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id.")),
+    responses((status = 200, description = "The job.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -99,6 +122,16 @@ pub(super) async fn get(
 /// can be edited and sent back. The job version read before may be named as `"version"`
 /// in the body or an `If-Match` header; the change then fails with `version_conflict` if
 /// the job changed since. Without a version the change applies to whatever is current.
+#[utoipa::path(
+    patch, path = "/v1/jobs/{id}", operation_id = "updateJob", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id."),
+        ("If-Match" = Option<String>, Header, description = "The job version read before, e.g. `\"3\"`.")),
+    responses(
+        (status = 200, description = "The job, changed.", body = JobResponse),
+        (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody),
+        (status = 409, description = "The job changed since `version` (`version_conflict`), or another job has the new app and name (`duplicate_name`).", body = crate::api::openapi::ErrorBody),
+    ),
+)]
 pub(super) async fn patch(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -137,6 +170,12 @@ pub(super) async fn patch(
     Ok(Json(JobResponse::from(&stored)))
 }
 
+/// Deletes a job (its runs stay readable by run id until pruned).
+#[utoipa::path(
+    delete, path = "/v1/jobs/{id}", operation_id = "deleteJob", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id.")),
+    responses((status = 204, description = "Deleted."), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn delete(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -146,6 +185,12 @@ pub(super) async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Pauses a job.
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/pause", operation_id = "pauseJob", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id.")),
+    responses((status = 200, description = "The job, paused.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn pause(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -157,6 +202,12 @@ pub(super) async fn pause(
     Ok(Json(JobResponse::from(&job)))
 }
 
+/// Resumes a job.
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/resume", operation_id = "resumeJob", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id.")),
+    responses((status = 200, description = "The job, resumed.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn resume(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -171,6 +222,15 @@ pub(super) async fn resume(
 /// Fires the job now (even when paused), as runs with trigger `manual` (one per item, see
 /// [`crate::domain::Target::items`]); answers the first item with the whole fire's
 /// `items`. A zone job with no zone to run answers `unavailable`.
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/trigger", operation_id = "triggerJob", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id.")),
+    responses(
+        (status = 202, description = "The fire's first run, with the whole fire's `items`.", body = RunResponse),
+        (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody),
+        (status = 503, description = "A zone job with no zone to run, or a dependency unavailable (`unavailable`).", body = crate::api::openapi::ErrorBody),
+    ),
+)]
 pub(super) async fn trigger(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -15,6 +15,7 @@ pub mod error;
 mod guard;
 mod health;
 mod jobs;
+pub mod openapi;
 mod preview;
 mod runs;
 mod state;
@@ -58,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/audit", get(audit::list))
         .route("/v1/jobs/{id}/versions", get(audit::versions))
         .route("/v1/tokens/{name}", axum::routing::delete(tokens::revoke))
+        .route(openapi::PATH, get(openapi::document))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -15,6 +15,12 @@ use super::{
 };
 use crate::domain::access::Caller;
 
+/// The job's next fires, in its time zone.
+#[utoipa::path(
+    get, path = "/v1/jobs/{id}/preview", operation_id = "previewJob", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id."), super::dto::PreviewQuery),
+    responses((status = 200, description = "The next fires.", body = PreviewResponse), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -27,6 +33,12 @@ pub(super) async fn job(
     Ok(Json(PreviewResponse::new(&preview, Some(job.spec.paused))))
 }
 
+/// The next fires of a schedule not saved as a job.
+#[utoipa::path(
+    post, path = "/v1/schedules/preview", operation_id = "previewSchedule", tag = "jobs",
+    request_body = SchedulePreviewRequest,
+    responses((status = 200, description = "The next fires.", body = PreviewResponse)),
+)]
 pub(super) async fn schedule(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -14,6 +14,12 @@ use super::{
 };
 use crate::{domain::access::Caller, store::RunPage};
 
+/// Lists a job's runs, newest first, a page at a time.
+#[utoipa::path(
+    get, path = "/v1/jobs/{id}/runs", operation_id = "listJobRuns", tag = "runs",
+    params(("id" = uuid::Uuid, Path, description = "The job id."), super::dto::ListQuery),
+    responses((status = 200, description = "A page of runs.", body = ListResponse<RunResponse>), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+)]
 pub(super) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -38,6 +44,15 @@ pub(super) async fn list(
 }
 
 /// One run, with the view of its whole fire (`items`, `fire_state`).
+/// Reads a run, with every item of its fire.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}", operation_id = "getRun", tag = "runs",
+    params(("id" = uuid::Uuid, Path, description = "The run id.")),
+    responses(
+        (status = 200, description = "The run.", body = RunResponse),
+        (status = 404, description = "No run with this id (`not_found`).", body = crate::api::openapi::ErrorBody),
+    ),
+)]
 pub(super) async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -17,6 +17,15 @@ use super::{
 };
 use crate::domain::access::Caller;
 
+/// Creates an API token; the answer is the only one that carries its secret.
+#[utoipa::path(
+    post, path = "/v1/tokens", operation_id = "createToken", tag = "security",
+    request_body = TokenRequest,
+    responses(
+        (status = 201, description = "The token, with its `token` secret.", body = TokenResponse),
+        (status = 409, description = "A token has this name (`duplicate_name`).", body = crate::api::openapi::ErrorBody),
+    ),
+)]
 pub(super) async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -33,6 +42,11 @@ pub(super) async fn create(
     Ok((StatusCode::CREATED, Json(answer)))
 }
 
+/// Lists the API tokens (without secrets).
+#[utoipa::path(
+    get, path = "/v1/tokens", operation_id = "listTokens", tag = "security",
+    responses((status = 200, description = "Every token; `next` is always null.", body = ListResponse<TokenResponse>)),
+)]
 pub(super) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -44,6 +58,15 @@ pub(super) async fn list(
     }))
 }
 
+/// Revokes an API token.
+#[utoipa::path(
+    delete, path = "/v1/tokens/{name}", operation_id = "revokeToken", tag = "security",
+    params(("name" = String, Path, description = "The token's name.")),
+    responses(
+        (status = 200, description = "The token, revoked.", body = TokenResponse),
+        (status = 404, description = "No token with this name (`not_found`).", body = crate::api::openapi::ErrorBody),
+    ),
+)]
 pub(super) async fn revoke(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -118,6 +118,8 @@ pub enum Action {
     ManageTokens,
     /// Read `/metrics`.
     ReadMetrics,
+    /// Read the API's description (`/v1/openapi.json`).
+    ReadApiDescription,
 }
 
 impl Action {
@@ -127,7 +129,7 @@ impl Action {
         match self {
             Action::ReadJobs | Action::ReadCluster | Action::ReadDeadLetters => Role::Reader,
             Action::ReadConsumers => Role::Reader,
-            Action::ReadMetrics => Role::Reader,
+            Action::ReadMetrics | Action::ReadApiDescription => Role::Reader,
             Action::ChangeJobs | Action::TriggerJobs | Action::ReplayJobDeadLetters => {
                 Role::Operator
             }
@@ -149,6 +151,7 @@ impl Action {
             Action::PurgeQueue => "purge dead-letter queues",
             Action::ManageTokens => "manage API tokens",
             Action::ReadMetrics => "read metrics",
+            Action::ReadApiDescription => "read the API description",
         }
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::run::RunState;
 
 /// Where a fire stands as a whole, from the states of its items.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FireState {
     /// Some item is neither `succeeded` nor `dead` yet, and none is `dead`.

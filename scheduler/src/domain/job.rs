@@ -23,12 +23,13 @@ use super::{
 pub use super::{limits, overlap::OverlapPolicy};
 
 /// Where a job's tasks go.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Target {
     /// Consumer group (for `broadcast`: the group whose instances all run each fire).
     pub group: String,
     /// Delivery mode.
     #[serde(default)]
+    #[schema(value_type = super::wire_schema::DeliveryModeSchema)]
     pub mode: DeliveryMode,
     /// `zone` mode: the zones that must each run every fire, in order; `None`: every zone
     /// that has live consumers of the group when the fire is recorded.

@@ -23,7 +23,7 @@ use super::schedule::Schedule;
 const MAX_ON_TIME_FIRES: usize = 10_000;
 
 /// What to do with fires the scheduler missed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {
     /// Fire once for all missed fires.

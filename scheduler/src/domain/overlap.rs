@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Whether a job may fire while its previous run is unfinished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OverlapPolicy {
     /// Fire on schedule regardless of earlier runs.

@@ -8,7 +8,7 @@ use serde_json::Value;
 use chime_consumer::protocol::TaskError;
 
 /// Where one instance is with a broadcast run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReceiptState {
     /// Acked and running.

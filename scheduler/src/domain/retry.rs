@@ -20,11 +20,13 @@ use super::{RunState, duration::HumanDuration, validation::FieldError};
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// A job's retry backoff.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Backoff {
     /// Delay before the first retry (before jitter). Default `1s`.
+    #[schema(value_type = String, example = "1s")]
     pub initial: HumanDuration,
     /// Longest delay. Default `5m`.
+    #[schema(value_type = String, example = "5m")]
     pub max: HumanDuration,
 }
 

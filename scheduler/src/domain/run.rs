@@ -39,7 +39,7 @@ use chime_consumer::protocol::{
 use super::{limits, overlap::OverlapPolicy, receipt::InstanceReceipt};
 
 /// Where a run is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Recorded; the task is not yet confirmed by the broker.
@@ -91,7 +91,7 @@ impl fmt::Display for RunState {
 }
 
 /// Why a `dispatched` run's ack deadline was moved on without using an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitingFor {
     /// Its work queue had no consumer when the ack deadline passed: the task waits in
@@ -156,7 +156,7 @@ pub fn late_outcome(history: &[AttemptRecord]) -> Option<&AttemptRecord> {
 }
 
 /// What caused a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunTrigger {
     /// The job's schedule.

@@ -28,7 +28,7 @@ pub enum Schedule {
 
 /// The JSON shape of a schedule: exactly one of `cron` (with optional `timezone`),
 /// `every` or `at`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// Cron expression.

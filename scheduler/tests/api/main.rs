@@ -14,6 +14,7 @@ mod edges;
 mod jobs;
 mod jobs_service;
 mod listener;
+mod openapi;
 mod preview;
 mod quotas;
 mod runs;

@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::domain::{audit::AuditEntry, timestamp::timestamp};
 
 /// One audit entry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AuditEntryResponse {
     /// Its id.
     pub id: String,
@@ -40,7 +40,8 @@ impl From<&AuditEntry> for AuditEntryResponse {
 }
 
 /// The query of `GET /v1/audit`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditListQuery {
     /// Only entries of this token.

@@ -13,22 +13,23 @@ pub const MAX_LISTED_ERRORS: usize = 100;
 
 /// `POST /v1/jobs/batch`'s body: jobs as `POST /v1/jobs` takes each. The items are kept
 /// as JSON here and read one by one, so a refusal can name every bad one.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobBatchRequest {
     /// The jobs, 1 to [`MAX_BATCH_JOBS`].
+    #[schema(value_type = Vec<super::JobRequest>)]
     pub jobs: Vec<Value>,
 }
 
 /// A created batch: every job as `POST /v1/jobs` answers it, in the order sent.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct JobBatchResponse {
     /// The stored jobs.
     pub items: Vec<JobResponse>,
 }
 
 /// One refused job of a batch, in a refusal's `errors`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct BatchItemError {
     /// The job's index in `jobs` (from 0).
     pub index: usize,
@@ -44,7 +45,7 @@ pub struct BatchItemError {
 
 /// The body of a refused batch, beside the usual `error` (which is the first refused
 /// job's): every refused job up to [`MAX_LISTED_ERRORS`], and how many there were.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct BatchRefusal {
     /// The refused jobs, by index, at most [`MAX_LISTED_ERRORS`].
     #[serde(default)]

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The cluster as the API shows it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ClusterResponse {
     /// `postgres` (a cluster) or `sqlite` (one node).
     pub backend: String,
@@ -20,7 +20,7 @@ pub struct ClusterResponse {
 }
 
 /// One node.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeResponse {
     /// Node id.
     pub id: String,

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 /// The query of `GET /v1/consumers`.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ConsumersQuery {
     /// Only this group.
     pub group: Option<String>,
@@ -14,7 +15,7 @@ pub struct ConsumersQuery {
 }
 
 /// The answer of `GET /v1/consumers`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConsumersResponse {
     /// Instances by group, then instance id.
     pub instances: Vec<ConsumerResponse>,
@@ -23,7 +24,7 @@ pub struct ConsumersResponse {
 }
 
 /// One consumer instance.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConsumerResponse {
     /// Its instance id (the `consumer` of the runs it takes).
     pub instance: String,
@@ -46,7 +47,7 @@ pub struct ConsumerResponse {
 }
 
 /// One consumer group.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConsumerGroupResponse {
     /// The group.
     pub group: String,

@@ -11,14 +11,14 @@ use uuid::Uuid;
 use chime_consumer::protocol::AttemptRecord;
 
 /// `{"items": [...]}`: the dead-letter queues, or the messages of one.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DlqItems<T> {
     /// The queues or messages.
     pub items: Vec<T>,
 }
 
 /// A dead-lettered message as `dlq peek` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DlqMessage {
     /// `dead_letter` (given up by the scheduler), `task` (dead-lettered by the broker) or
     /// `unreadable`.
@@ -36,6 +36,7 @@ pub struct DlqMessage {
     /// The task's payload.
     pub payload: Option<Value>,
     /// The attempt history (scheduler dead letters).
+    #[schema(value_type = Vec<crate::domain::wire_schema::AttemptRecordSchema>)]
     pub history: Vec<AttemptRecord>,
     /// An excerpt of an unreadable body.
     pub body: Option<String>,
@@ -47,7 +48,7 @@ pub struct DlqMessage {
 }
 
 /// One dead-letter queue in `dlq ls`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DlqSummary {
     /// Queue name.
     pub queue: String,
@@ -64,7 +65,7 @@ pub struct DlqSummary {
 }
 
 /// What a replay did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReplayReport {
     /// Messages published to their target (confirmed) and removed from the DLQ.
     pub replayed: u32,
@@ -79,7 +80,7 @@ pub struct ReplayReport {
 }
 
 /// The optional body of `POST /v1/dlq/{queue}/replay`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
     /// Only messages of this job (`app/name`, or a name in app `default`).
@@ -91,7 +92,7 @@ pub struct ReplayRequest {
 }
 
 /// The answer of `POST /v1/dlq/{queue}/purge`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PurgeResponse {
     /// The queue emptied.
     pub queue: String,

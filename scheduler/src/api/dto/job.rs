@@ -18,8 +18,14 @@ use crate::domain::{
 };
 
 /// A job as a client writes it (`POST /v1/jobs`, and the fields `PATCH` may replace).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "app": "shop", "name": "close-expired-orders",
+    "schedule": {"cron": "0 */2 * * * *", "timezone": "Asia/Shanghai"},
+    "target": {"group": "orders", "mode": "group"},
+    "payload": {"older_than_min": 30}, "ack_timeout": "30s", "max_attempts": 5
+}))]
 pub struct JobRequest {
     /// Namespace, default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,12 +53,14 @@ pub struct JobRequest {
     pub backoff: Option<BackoffRequest>,
     /// `fire_once` (default), `skip` or `catch_up`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<MisfirePolicy>)]
     pub misfire: Option<String>,
     /// Most missed fires `catch_up` replays, default 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catch_up_limit: Option<u32>,
     /// `allow` (default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<OverlapPolicy>)]
     pub overlap: Option<String>,
     /// Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,7 +68,7 @@ pub struct JobRequest {
 }
 
 /// A retry backoff as a client writes it; a missing field keeps its default.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackoffRequest {
     /// Delay before the first retry, default `1s`.
@@ -72,13 +80,14 @@ pub struct BackoffRequest {
 }
 
 /// A target as a client writes it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetRequest {
     /// Consumer group.
     pub group: String,
     /// Delivery mode: `group` (default), `broadcast`, `zone` or `sharded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::domain::wire_schema::DeliveryModeSchema>)]
     pub mode: Option<String>,
     /// `zone` mode: the zones that must each run every fire (omitted: every zone with
     /// live consumers).
@@ -239,7 +248,7 @@ fn parse_name<T: Default, const N: usize>(
 }
 
 /// A job as the API returns it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct JobResponse {
     /// Id.
     pub id: Uuid,
@@ -257,7 +266,7 @@ pub struct JobResponse {
 }
 
 /// The definition fields of a returned job, every default filled in.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct JobResponseSpec {
     /// App.
     pub app: String,

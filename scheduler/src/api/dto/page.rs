@@ -8,7 +8,7 @@ use super::RequestError;
 use crate::domain::Run;
 
 /// A page of a list.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ListResponse<T> {
     /// This page.
     pub items: Vec<T>,
@@ -17,7 +17,8 @@ pub struct ListResponse<T> {
 }
 
 /// Query parameters of list endpoints.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Page size.

@@ -9,7 +9,8 @@ use crate::domain::{
 };
 
 /// `?count=N` of a job's preview.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PreviewQuery {
     /// How many fires, 1 to 100 (default 10).
@@ -17,7 +18,7 @@ pub struct PreviewQuery {
 }
 
 /// The body of `POST /v1/schedules/preview`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulePreviewRequest {
     /// The schedule, as in a job.
@@ -28,7 +29,7 @@ pub struct SchedulePreviewRequest {
 }
 
 /// One upcoming fire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UpcomingFireResponse {
     /// When, UTC.
     pub at: String,
@@ -37,7 +38,7 @@ pub struct UpcomingFireResponse {
 }
 
 /// A preview's answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PreviewResponse {
     /// The IANA time zone of each fire's `local`.
     pub timezone: String,

@@ -15,7 +15,7 @@ use crate::domain::{
 };
 
 /// A run as the API returns it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct RunResponse {
     /// Run id: the task id and idempotency key.
     pub id: Uuid,
@@ -29,6 +29,7 @@ pub struct RunResponse {
     pub shard_total: u32,
     /// The job's delivery mode when the run was recorded.
     #[serde(default)]
+    #[schema(value_type = crate::domain::wire_schema::DeliveryModeSchema)]
     pub mode: DeliveryMode,
     /// The zone this item is for; null unless `mode` is `zone`.
     #[serde(default)]
@@ -67,8 +68,10 @@ pub struct RunResponse {
     #[serde(default)]
     pub waiting_for: Option<WaitingFor>,
     /// Attempts that did not succeed, oldest first.
+    #[schema(value_type = Vec<crate::domain::wire_schema::AttemptRecordSchema>)]
     pub history: Vec<AttemptRecord>,
     /// The handler's latest progress report.
+    #[schema(value_type = Option<crate::domain::wire_schema::ProgressSchema>)]
     pub progress: Option<Progress>,
     /// The consumer's latest heartbeat.
     pub heartbeat_at: Option<String>,
@@ -87,7 +90,7 @@ pub struct RunResponse {
 }
 
 /// What one consumer instance did with a broadcast run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct InstanceResponse {
     /// Consumer instance id.
     pub instance: String,
@@ -123,7 +126,7 @@ impl From<&InstanceReceipt> for InstanceResponse {
 }
 
 /// One item of a fire, as listed in a run's `items`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ItemResponse {
     /// The item's run id.
     pub id: Uuid,

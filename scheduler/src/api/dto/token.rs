@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{access::ApiToken, timestamp::timestamp};
 
 /// `POST /v1/tokens`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     /// Unique name: 1 to 64 of `A-Z a-z 0-9 . _ -`.
@@ -19,7 +19,7 @@ pub struct TokenRequest {
 }
 
 /// A token as listed (and as created, with its `token` secret).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenResponse {
     /// Its id.
     pub id: String,
