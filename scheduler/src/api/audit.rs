@@ -66,7 +66,7 @@ pub(super) async fn list(
 #[utoipa::path(
     get, path = "/v1/jobs/{id}/versions", operation_id = "listJobVersions", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "The job id.")),
-    responses((status = 200, description = "The job's audit entries; `next` is always null.", body = ListResponse<AuditEntryResponse>), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "The job's audit entries; `next` is always null.", body = ListResponse<AuditEntryResponse>), (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn versions(
     State(state): State<AppState>,

@@ -32,10 +32,10 @@ use crate::{
     request_body = JobBatchRequest,
     responses(
         (status = 201, description = "The jobs, as stored, in the order sent.", body = JobBatchResponse),
-        (status = 400, description = "Refused: every job at fault, by index; nothing stored.", body = crate::api::openapi::BatchErrorBody),
-        (status = 403, description = "Refused: the token may not change jobs of an app, or a quota (`forbidden`, `quota_exceeded`).", body = crate::api::openapi::BatchErrorBody),
-        (status = 409, description = "Refused: a duplicate name (`duplicate_name`).", body = crate::api::openapi::BatchErrorBody),
-        (status = 413, description = "A payload over the limit (`payload_too_large`).", body = crate::api::openapi::BatchErrorBody),
+        (status = 400, description = "Refused: every job at fault, by index; nothing stored.", body = BatchErrorBody),
+        (status = 403, description = "Refused: the token may not change jobs of an app, or a quota (`forbidden`, `quota_exceeded`).", body = BatchErrorBody),
+        (status = 409, description = "Refused: a duplicate name (`duplicate_name`).", body = BatchErrorBody),
+        (status = 413, description = "A payload over the limit (`payload_too_large`).", body = BatchErrorBody),
     ),
 )]
 pub(super) async fn create(
@@ -115,10 +115,17 @@ impl From<ApiError> for Refusal {
     }
 }
 
-#[derive(Serialize)]
-struct RefusalBody {
+/// A refused batch: the first refused job's error, then every refused job by index.
+/// A refusal of the request as a whole (bad JSON, no jobs, too many) has `error` only.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct BatchErrorBody {
+    /// The first refused job's error, or the request's.
     error: ApiError,
+    /// The refused jobs, by index (at most 100); absent when the request as a whole is.
+    #[serde(default)]
     errors: Vec<BatchItemError>,
+    /// How many jobs were refused in all; absent when the request as a whole is.
+    #[serde(default)]
     refused: usize,
 }
 
@@ -151,7 +158,7 @@ impl IntoResponse for Refusal {
             ),
             field: first.field.clone(),
         };
-        let body = RefusalBody {
+        let body = BatchErrorBody {
             error,
             errors,
             refused,

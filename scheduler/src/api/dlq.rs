@@ -50,7 +50,7 @@ pub(super) async fn list(
 #[utoipa::path(
     get, path = "/v1/dlq/{queue}/messages", operation_id = "peekDeadLetters", tag = "dlq",
     params(("queue" = String, Path, description = "The dead-letter queue's name."), PeekQuery),
-    responses((status = 200, description = "The messages, oldest first.", body = DlqItems<DlqMessage>), (status = 404, description = "No such dead-letter queue (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "The messages, oldest first.", body = DlqItems<DlqMessage>), (status = 404, description = "No such dead-letter queue (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn peek(
     State(state): State<AppState>,
@@ -71,7 +71,7 @@ pub(super) async fn peek(
     post, path = "/v1/dlq/{queue}/replay", operation_id = "replayDeadLetters", tag = "dlq",
     params(("queue" = String, Path, description = "The dead-letter queue's name.")),
     request_body(content = Option<ReplayRequest>, description = "Optional: which messages (default: every one, up to 1000)."),
-    responses((status = 200, description = "What the replay did.", body = ReplayReport), (status = 404, description = "No such dead-letter queue (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "What the replay did.", body = ReplayReport), (status = 404, description = "No such dead-letter queue (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn replay(
     State(state): State<AppState>,
@@ -97,7 +97,7 @@ pub(super) async fn replay(
 #[utoipa::path(
     post, path = "/v1/dlq/{queue}/purge", operation_id = "purgeDeadLetters", tag = "dlq",
     params(("queue" = String, Path, description = "The dead-letter queue's name.")),
-    responses((status = 200, description = "The queue emptied.", body = PurgeResponse), (status = 404, description = "No such dead-letter queue (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "The queue emptied.", body = PurgeResponse), (status = 404, description = "No such dead-letter queue (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn purge(
     State(state): State<AppState>,

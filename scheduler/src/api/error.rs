@@ -327,14 +327,22 @@ impl From<TokensError> for ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: &'a ApiError,
+/// The JSON body of every error answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ApiError,
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.code.status(), Json(Body { error: &self })).into_response();
+        let mut response = (
+            self.code.status(),
+            Json(ErrorBody {
+                error: self.clone(),
+            }),
+        )
+            .into_response();
         if matches!(
             self.code,
             ErrorCode::PayloadTooLarge | ErrorCode::HeadersTooLarge | ErrorCode::BadRequest

@@ -14,7 +14,7 @@ use super::state::AppState;
 /// Liveness: the process answers.
 #[utoipa::path(
     get, path = "/healthz", operation_id = "healthz", tag = "operations", security(()),
-    responses((status = 200, description = "Alive.", body = crate::api::openapi::HealthResponse)),
+    responses((status = 200, description = "Alive.", body = HealthResponse)),
 )]
 pub(super) async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
@@ -24,8 +24,8 @@ pub(super) async fn healthz() -> impl IntoResponse {
 #[utoipa::path(
     get, path = "/readyz", operation_id = "readyz", tag = "operations", security(()),
     responses(
-        (status = 200, description = "Ready.", body = crate::api::openapi::ReadinessResponse),
-        (status = 503, description = "Not ready; `checks` says what is unavailable.", body = crate::api::openapi::ReadinessResponse),
+        (status = 200, description = "Ready.", body = ReadinessResponse),
+        (status = 503, description = "Not ready; `checks` says what is unavailable.", body = ReadinessResponse),
     ),
 )]
 pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
@@ -55,4 +55,20 @@ pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics().render(),
     )
+}
+
+/// The body of `GET /healthz`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct HealthResponse {
+    /// Always `ok`.
+    pub status: String,
+}
+
+/// The body of `GET /readyz`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ReadinessResponse {
+    /// `ready` or `not_ready`.
+    pub status: String,
+    /// `database` and `broker`, each `ok` or `unavailable`.
+    pub checks: std::collections::BTreeMap<String, String>,
 }

@@ -29,8 +29,8 @@ use crate::{
     responses(
         (status = 201, description = "The job, as stored.", body = JobResponse,
             headers(("Location" = String, description = "The job's path."))),
-        (status = 403, description = "The token may not change jobs of this app, or the change would take the app over a quota (`forbidden`, `quota_exceeded`).", body = crate::api::openapi::ErrorBody),
-        (status = 409, description = "Another job has this app and name (`duplicate_name`).", body = crate::api::openapi::ErrorBody),
+        (status = 403, description = "The token may not change jobs of this app, or the change would take the app over a quota (`forbidden`, `quota_exceeded`).", body = super::error::ErrorBody),
+        (status = 409, description = "Another job has this app and name (`duplicate_name`).", body = super::error::ErrorBody),
     ),
 )]
 pub(super) async fn create(
@@ -106,7 +106,7 @@ pub(super) async fn list(
 #[utoipa::path(
     get, path = "/v1/jobs/{id}", operation_id = "getJob", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "The job id.")),
-    responses((status = 200, description = "The job.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "The job.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn get(
     State(state): State<AppState>,
@@ -128,8 +128,8 @@ pub(super) async fn get(
         ("If-Match" = Option<String>, Header, description = "The job version read before, e.g. `\"3\"`.")),
     responses(
         (status = 200, description = "The job, changed.", body = JobResponse),
-        (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody),
-        (status = 409, description = "The job changed since `version` (`version_conflict`), or another job has the new app and name (`duplicate_name`).", body = crate::api::openapi::ErrorBody),
+        (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody),
+        (status = 409, description = "The job changed since `version` (`version_conflict`), or another job has the new app and name (`duplicate_name`).", body = super::error::ErrorBody),
     ),
 )]
 pub(super) async fn patch(
@@ -174,7 +174,7 @@ pub(super) async fn patch(
 #[utoipa::path(
     delete, path = "/v1/jobs/{id}", operation_id = "deleteJob", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "The job id.")),
-    responses((status = 204, description = "Deleted."), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 204, description = "Deleted."), (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn delete(
     State(state): State<AppState>,
@@ -189,7 +189,7 @@ pub(super) async fn delete(
 #[utoipa::path(
     post, path = "/v1/jobs/{id}/pause", operation_id = "pauseJob", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "The job id.")),
-    responses((status = 200, description = "The job, paused.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "The job, paused.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn pause(
     State(state): State<AppState>,
@@ -206,7 +206,7 @@ pub(super) async fn pause(
 #[utoipa::path(
     post, path = "/v1/jobs/{id}/resume", operation_id = "resumeJob", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "The job id.")),
-    responses((status = 200, description = "The job, resumed.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "The job, resumed.", body = JobResponse), (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn resume(
     State(state): State<AppState>,
@@ -227,8 +227,8 @@ pub(super) async fn resume(
     params(("id" = uuid::Uuid, Path, description = "The job id.")),
     responses(
         (status = 202, description = "The fire's first run, with the whole fire's `items`.", body = RunResponse),
-        (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody),
-        (status = 503, description = "A zone job with no zone to run, or a dependency unavailable (`unavailable`).", body = crate::api::openapi::ErrorBody),
+        (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody),
+        (status = 503, description = "A zone job with no zone to run, or a dependency unavailable (`unavailable`).", body = super::error::ErrorBody),
     ),
 )]
 pub(super) async fn trigger(

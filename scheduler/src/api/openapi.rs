@@ -5,7 +5,7 @@
 //! How to describe a route (every route of [`super::router`] must be, or
 //! `scheduler/tests/api/openapi.rs` fails):
 //! 1. Put `#[utoipa::path(...)]` on the handler: the method and the path as the router
-//!    mounts it, an `operation_id` (camelCase, unique), a `tag` (one of [`tags`]), its
+//!    mounts it, an `operation_id` (camelCase, unique), a `tag` (one of `tags(...)` in [`ApiDoc`]), its
 //!    `params(...)` (path parameters by name; a query struct deriving `IntoParams`), its
 //!    `request_body`, and `responses(...)`: each success, and each error status the route
 //!    itself can answer (`body = ErrorBody`; 403, 404, 409, ...). Copy a neighbour.
@@ -26,10 +26,9 @@ use axum::{
     http::header,
     response::{IntoResponse, Response},
 };
-use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::{
-    Modify, OpenApi, ToSchema,
+    Modify, OpenApi,
     openapi::{
         ContentBuilder, Ref, RefOr, ResponseBuilder,
         path::Operation,
@@ -38,65 +37,17 @@ use utoipa::{
 };
 
 use super::{
-    audit, batch, cluster, consumers, dlq,
-    dto::{BatchItemError, JobRequest},
-    error::ApiError,
+    audit,
+    batch::{self, BatchErrorBody},
+    cluster, consumers, dlq,
+    dto::JobRequest,
+    error::{ApiError, ErrorBody},
     health, jobs, preview, runs, tokens,
 };
 use crate::domain::access::{Action, Caller};
 
 /// The document's path.
 pub const PATH: &str = "/v1/openapi.json";
-
-/// The JSON error body every error answer carries.
-#[derive(Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// What went wrong.
-    pub error: ApiError,
-}
-
-/// A refused batch: the first refused job's error, then every refused job by index.
-#[derive(Serialize, ToSchema)]
-pub struct BatchErrorBody {
-    /// The first refused job's error (or the whole batch's).
-    pub error: ApiError,
-    /// The refused jobs, by index (at most 100).
-    #[serde(default)]
-    pub errors: Vec<BatchItemError>,
-    /// How many jobs were refused in all.
-    #[serde(default)]
-    pub refused: usize,
-}
-
-/// The body of `GET /healthz`.
-#[derive(Serialize, ToSchema)]
-pub struct HealthResponse {
-    /// Always `ok`.
-    pub status: String,
-}
-
-/// The body of `GET /readyz`.
-#[derive(Serialize, ToSchema)]
-pub struct ReadinessResponse {
-    /// `ready` or `not_ready`.
-    pub status: String,
-    /// `database` and `broker`, each `ok` or `unavailable`.
-    pub checks: std::collections::BTreeMap<String, String>,
-}
-
-/// The tags operations are grouped under.
-pub mod tags {
-    /// Jobs, their previews and versions.
-    pub const JOBS: &str = "jobs";
-    /// Runs.
-    pub const RUNS: &str = "runs";
-    /// Cluster, consumers and health.
-    pub const OPERATIONS: &str = "operations";
-    /// Dead-letter queues.
-    pub const DLQ: &str = "dlq";
-    /// API tokens and the audit trail.
-    pub const SECURITY: &str = "security";
-}
 
 /// The OpenAPI document.
 #[derive(OpenApi)]
@@ -150,7 +101,8 @@ pub struct ApiDoc;
 
 /// The document as served, built once.
 static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|e| json!({"error": e.to_string()}));
+    let mut doc =
+        serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|e| json!({"error": e.to_string()}));
     Links::add(&mut doc);
     doc.to_string()
 });
@@ -278,7 +230,10 @@ impl CommonErrors {
             "Request headers too many or too large (`headers_too_large`).",
         ),
         ("500", "Unexpected failure (`internal`)."),
-        ("503", "A dependency is unavailable; retry later (`unavailable`)."),
+        (
+            "503",
+            "A dependency is unavailable; retry later (`unavailable`).",
+        ),
     ];
     const AUTHENTICATED: [(&'static str, &'static str); 2] = [
         ("401", "No valid API token (`unauthorized`)."),
@@ -340,21 +295,126 @@ struct Links;
 
 impl Links {
     /// (operation, status, link name, target operation, parameter, runtime expression).
-    const LINKS: [(&'static str, &'static str, &'static str, &'static str, &'static str, &'static str); 14] = [
-        ("createJob", "201", "GetJob", "getJob", "id", "$response.body#/id"),
-        ("createJob", "201", "UpdateJob", "updateJob", "id", "$response.body#/id"),
-        ("createJob", "201", "PauseJob", "pauseJob", "id", "$response.body#/id"),
-        ("createJob", "201", "ResumeJob", "resumeJob", "id", "$response.body#/id"),
-        ("createJob", "201", "TriggerJob", "triggerJob", "id", "$response.body#/id"),
-        ("createJob", "201", "ListJobRuns", "listJobRuns", "id", "$response.body#/id"),
-        ("createJob", "201", "PreviewJob", "previewJob", "id", "$response.body#/id"),
-        ("createJob", "201", "ListJobVersions", "listJobVersions", "id", "$response.body#/id"),
-        ("createJob", "201", "DeleteJob", "deleteJob", "id", "$response.body#/id"),
-        ("updateJob", "200", "TriggerJob", "triggerJob", "id", "$response.body#/id"),
-        ("updateJob", "200", "DeleteJob", "deleteJob", "id", "$response.body#/id"),
-        ("triggerJob", "202", "GetRun", "getRun", "id", "$response.body#/id"),
-        ("triggerJob", "202", "ListJobRuns", "listJobRuns", "id", "$response.body#/job_id"),
-        ("createToken", "201", "RevokeToken", "revokeToken", "name", "$response.body#/name"),
+    const LINKS: [(
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ); 14] = [
+        (
+            "createJob",
+            "201",
+            "GetJob",
+            "getJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "createJob",
+            "201",
+            "UpdateJob",
+            "updateJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "createJob",
+            "201",
+            "PauseJob",
+            "pauseJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "createJob",
+            "201",
+            "ResumeJob",
+            "resumeJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "createJob",
+            "201",
+            "TriggerJob",
+            "triggerJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "createJob",
+            "201",
+            "ListJobRuns",
+            "listJobRuns",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "createJob",
+            "201",
+            "PreviewJob",
+            "previewJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "createJob",
+            "201",
+            "ListJobVersions",
+            "listJobVersions",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "createJob",
+            "201",
+            "DeleteJob",
+            "deleteJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "updateJob",
+            "200",
+            "TriggerJob",
+            "triggerJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "updateJob",
+            "200",
+            "DeleteJob",
+            "deleteJob",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "triggerJob",
+            "202",
+            "GetRun",
+            "getRun",
+            "id",
+            "$response.body#/id",
+        ),
+        (
+            "triggerJob",
+            "202",
+            "ListJobRuns",
+            "listJobRuns",
+            "id",
+            "$response.body#/job_id",
+        ),
+        (
+            "createToken",
+            "201",
+            "RevokeToken",
+            "revokeToken",
+            "name",
+            "$response.body#/name",
+        ),
     ];
 }
 
@@ -401,7 +461,11 @@ mod tests {
     #[test]
     fn the_document_is_openapi_3_1_with_unique_operation_ids() {
         let doc = doc();
-        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc["openapi"]);
+        assert!(
+            doc["openapi"].as_str().unwrap().starts_with("3.1"),
+            "{}",
+            doc["openapi"]
+        );
         let mut ids = std::collections::BTreeSet::new();
         for (path, item) in doc["paths"].as_object().unwrap() {
             for (method, operation) in item.as_object().unwrap() {
@@ -425,12 +489,18 @@ mod tests {
         let mut links = 0;
         for (from, status, name, to, _, _) in Links::LINKS {
             assert!(ids.iter().any(|id| id == to), "link {name} to unknown {to}");
-            assert!(ids.iter().any(|id| id == from), "link {name} from unknown {from}");
+            assert!(
+                ids.iter().any(|id| id == from),
+                "link {name} from unknown {from}"
+            );
             links += 1;
             let _ = status;
         }
         let text = document_json();
-        assert_eq!(text.matches("\"operationId\":\"").count(), ids.len() + links);
+        assert_eq!(
+            text.matches("\"operationId\":\"").count(),
+            ids.len() + links
+        );
         assert!(!text.contains("operation_id"));
     }
 

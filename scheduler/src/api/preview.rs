@@ -19,7 +19,7 @@ use crate::domain::access::Caller;
 #[utoipa::path(
     get, path = "/v1/jobs/{id}/preview", operation_id = "previewJob", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "The job id."), super::dto::PreviewQuery),
-    responses((status = 200, description = "The next fires.", body = PreviewResponse), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "The next fires.", body = PreviewResponse), (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn job(
     State(state): State<AppState>,

@@ -18,7 +18,7 @@ use crate::{domain::access::Caller, store::RunPage};
 #[utoipa::path(
     get, path = "/v1/jobs/{id}/runs", operation_id = "listJobRuns", tag = "runs",
     params(("id" = uuid::Uuid, Path, description = "The job id."), super::dto::ListQuery),
-    responses((status = 200, description = "A page of runs.", body = ListResponse<RunResponse>), (status = 404, description = "No job with this id (`not_found`).", body = crate::api::openapi::ErrorBody)),
+    responses((status = 200, description = "A page of runs.", body = ListResponse<RunResponse>), (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody)),
 )]
 pub(super) async fn list(
     State(state): State<AppState>,
@@ -50,7 +50,7 @@ pub(super) async fn list(
     params(("id" = uuid::Uuid, Path, description = "The run id.")),
     responses(
         (status = 200, description = "The run.", body = RunResponse),
-        (status = 404, description = "No run with this id (`not_found`).", body = crate::api::openapi::ErrorBody),
+        (status = 404, description = "No run with this id (`not_found`).", body = super::error::ErrorBody),
     ),
 )]
 pub(super) async fn get(

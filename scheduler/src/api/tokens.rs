@@ -23,7 +23,7 @@ use crate::domain::access::Caller;
     request_body = TokenRequest,
     responses(
         (status = 201, description = "The token, with its `token` secret.", body = TokenResponse),
-        (status = 409, description = "A token has this name (`duplicate_name`).", body = crate::api::openapi::ErrorBody),
+        (status = 409, description = "A token has this name (`duplicate_name`).", body = super::error::ErrorBody),
     ),
 )]
 pub(super) async fn create(
@@ -64,7 +64,7 @@ pub(super) async fn list(
     params(("name" = String, Path, description = "The token's name.")),
     responses(
         (status = 200, description = "The token, revoked.", body = TokenResponse),
-        (status = 404, description = "No token with this name (`not_found`).", body = crate::api::openapi::ErrorBody),
+        (status = 404, description = "No token with this name (`not_found`).", body = super::error::ErrorBody),
     ),
 )]
 pub(super) async fn revoke(

@@ -24,7 +24,9 @@ fn routed() -> BTreeSet<(String, String)> {
     let body = &source[start..end];
     let mut out = BTreeSet::new();
     for segment in body.split(".route(").skip(1) {
-        let (first, rest) = segment.split_once(',').expect("a route's path and handlers");
+        let (first, rest) = segment
+            .split_once(',')
+            .expect("a route's path and handlers");
         let first = first.trim();
         let path = match first {
             literal if literal.starts_with('"') => literal.trim_matches('"').to_string(),
@@ -76,12 +78,18 @@ async fn every_routed_method_is_described_in_the_openapi_document_and_nothing_el
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     let doc = answer.body;
     assert!(
-        doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.1")),
+        doc["openapi"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.1")),
         "{}",
         doc["openapi"]
     );
     let routed = routed();
-    assert!(routed.len() >= 28, "read only {} routes: {routed:?}", routed.len());
+    assert!(
+        routed.len() >= 28,
+        "read only {} routes: {routed:?}",
+        routed.len()
+    );
     let described = described(&doc);
     let missing: Vec<_> = routed.difference(&described).collect();
     assert!(
@@ -101,7 +109,11 @@ async fn every_routed_method_is_described_in_the_openapi_document_and_nothing_el
                     .unwrap(),
             )
             .await;
-        assert_ne!(answer.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        assert_ne!(
+            answer.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
         let message = answer.body["error"]["message"].as_str().unwrap_or_default();
         assert_ne!(message, "no such route", "{method} {path}");
     }
@@ -124,10 +136,16 @@ async fn the_document_needs_a_token_and_describes_the_bearer_scheme_and_errors()
         "bearer"
     );
     // The health checks are open; everything under /v1 documents 401 and 403.
-    assert_eq!(doc["paths"]["/healthz"]["get"]["security"], serde_json::json!([{}]));
+    assert_eq!(
+        doc["paths"]["/healthz"]["get"]["security"],
+        serde_json::json!([{}])
+    );
     let create = &doc["paths"]["/v1/jobs"]["post"];
     for status in ["201", "400", "401", "403", "409", "413", "500", "503"] {
-        assert!(create["responses"][status].is_object(), "createJob {status}");
+        assert!(
+            create["responses"][status].is_object(),
+            "createJob {status}"
+        );
     }
     let error = &doc["components"]["schemas"]["ErrorDetail"];
     assert!(
@@ -157,7 +175,10 @@ async fn a_created_job_and_its_triggered_run_match_their_documented_required_fie
         let required = required_fields(&doc, schema);
         assert!(!required.is_empty(), "{schema} lists no required field");
         for field in required {
-            assert!(value.get(&field).is_some(), "{schema}.{field} missing from {value}");
+            assert!(
+                value.get(&field).is_some(),
+                "{schema}.{field} missing from {value}"
+            );
         }
     }
 }
@@ -176,7 +197,11 @@ fn required_fields(doc: &Value, name: &str) -> Vec<String> {
             None => part,
         };
         if let Some(required) = part["required"].as_array() {
-            out.extend(required.iter().filter_map(|f| f.as_str().map(str::to_string)));
+            out.extend(
+                required
+                    .iter()
+                    .filter_map(|f| f.as_str().map(str::to_string)),
+            );
         }
     }
     out
