@@ -36,3 +36,11 @@ CREATE INDEX runs_by_group ON runs (target_group, fire_time DESC, id DESC);
 CREATE INDEX runs_by_state ON runs (state, fire_time DESC, id DESC);
 -- A finish-time range.
 CREATE INDEX runs_by_finish ON runs (finished_at) WHERE finished_at IS NOT NULL;
+
+-- A job moved to another app takes its runs along (a run is its job's app's, as reading
+-- it checks); the group stays the one each run was fired to.
+CREATE TRIGGER jobs_move_runs AFTER UPDATE OF app ON jobs
+    FOR EACH ROW WHEN OLD.app IS NOT NEW.app
+BEGIN
+    UPDATE runs SET app = NEW.app WHERE job_id = NEW.id;
+END;

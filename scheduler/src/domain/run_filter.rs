@@ -37,7 +37,40 @@ pub struct RunFilter {
     pub limit: u32,
 }
 
+/// At most this many apps are searched as one index range each (see
+/// [`RunFilter::branches`]); a longer list is one condition on every row read.
+pub const MAX_APP_BRANCHES: usize = 16;
+
 impl RunFilter {
+    /// The filter split so that each part lists at most one state (or else at most one
+    /// app), the parts together matching what the filter matches, each run in one part.
+    /// A store reads each part through the index on that state (or app) in page order
+    /// and merges the parts' pages, so a page costs about a page per part instead of
+    /// every run of the listed states. Several states split first; up to
+    /// [`MAX_APP_BRANCHES`] apps split when at most one state is listed.
+    pub fn branches(&self) -> Vec<RunFilter> {
+        if self.states.len() > 1 {
+            return self
+                .states
+                .iter()
+                .map(|state| RunFilter {
+                    states: vec![*state],
+                    ..self.clone()
+                })
+                .collect();
+        }
+        match &self.apps {
+            Some(apps) if apps.len() > 1 && apps.len() <= MAX_APP_BRANCHES => apps
+                .iter()
+                .map(|app| RunFilter {
+                    apps: Some(vec![app.clone()]),
+                    ..self.clone()
+                })
+                .collect(),
+            _ => vec![self.clone()],
+        }
+    }
+
     /// Whether the filter can match no run without asking the store: an empty app list
     /// (a scoped caller asking for none of its apps).
     pub fn matches_nothing(&self) -> bool {
@@ -84,7 +117,7 @@ mod tests {
 
     #[test]
     fn every_filter_must_hold() {
-        let now = Utc::now();
+        let now: DateTime<Utc> = "2026-11-27T10:00:00Z".parse().unwrap();
         let mut r = run(now);
         let all = RunFilter::default();
         assert!(all.matches(&r, "shop", "orders"));
@@ -126,5 +159,32 @@ mod tests {
             }
             .matches_nothing()
         );
+    }
+
+    #[test]
+    fn branches_split_one_list_and_keep_the_rest() {
+        let filter = RunFilter {
+            states: vec![RunState::Failed, RunState::Dead],
+            apps: Some(vec!["a".into(), "b".into()]),
+            limit: 7,
+            ..RunFilter::default()
+        };
+        let parts = filter.branches();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[1].states, [RunState::Dead]);
+        assert_eq!(parts[1].apps, filter.apps);
+        assert_eq!(parts[1].limit, 7);
+        let apps = RunFilter {
+            states: vec![RunState::Dead],
+            ..filter.clone()
+        };
+        assert_eq!(apps.branches().len(), 2);
+        assert_eq!(apps.branches()[0].apps, Some(vec!["a".to_string()]));
+        let many = RunFilter {
+            apps: Some((0..=MAX_APP_BRANCHES).map(|i| i.to_string()).collect()),
+            ..RunFilter::default()
+        };
+        assert_eq!(many.branches(), [many.clone()]);
+        assert_eq!(RunFilter::default().branches().len(), 1);
     }
 }

@@ -16,5 +16,6 @@ mod jobs_service;
 mod listener;
 mod preview;
 mod quotas;
+mod run_search;
 mod runs;
 mod support;

@@ -15,7 +15,7 @@ pub(super) async fn search_runs(pool: &PgPool, filter: &RunFilter) -> Result<Vec
     if filter.matches_nothing() {
         return Ok(Vec::new());
     }
-    query(concat!("SELECT ", run_columns!()), filter)
+    query("", filter)
         .build()
         .fetch_all(pool)
         .await?
@@ -29,20 +29,38 @@ pub(super) async fn explain_search_runs(
     pool: &PgPool,
     filter: &RunFilter,
 ) -> Result<Value, StoreError> {
-    let plan: Json<Value> = query(
-        concat!("EXPLAIN (ANALYZE, FORMAT JSON) SELECT ", run_columns!()),
-        filter,
-    )
-    .build_query_scalar()
+    let plan: Json<Value> = query("EXPLAIN (ANALYZE, FORMAT JSON) ", filter)
+        .build_query_scalar()
     .fetch_one(pool)
     .await?;
     Ok(plan.0)
 }
 
-/// `select` (the columns) from runs matching `filter`, newest first, one page.
-fn query(select: &str, filter: &RunFilter) -> QueryBuilder<Postgres> {
-    let mut q = QueryBuilder::new(select);
-    q.push(" FROM runs WHERE true");
+/// `prefix` (empty, or `EXPLAIN …`) and a query of runs matching `filter`, newest first,
+/// one page: one indexed range per part of [`RunFilter::branches`], merged.
+fn query(prefix: &str, filter: &RunFilter) -> QueryBuilder<Postgres> {
+    let mut q = QueryBuilder::new(prefix);
+    match filter.branches().as_slice() {
+        [one] => page(&mut q, one),
+        parts => {
+            q.push("SELECT * FROM (");
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    q.push(" UNION ALL SELECT * FROM (");
+                }
+                page(&mut q, part);
+                q.push(format_args!(") AS part{i}"));
+            }
+            q.push(" ORDER BY fire_time DESC, id DESC LIMIT ")
+                .push_bind(i64::from(filter.limit));
+        }
+    }
+    q
+}
+
+/// One page of runs matching `filter` (its lists as they are), newest first.
+fn page(q: &mut QueryBuilder<Postgres>, filter: &RunFilter) {
+    q.push(concat!("SELECT ", run_columns!(), " FROM runs WHERE true"));
     match filter.states.as_slice() {
         [] => {}
         [state] => {
@@ -92,5 +110,4 @@ fn query(select: &str, filter: &RunFilter) -> QueryBuilder<Postgres> {
     }
     q.push(" ORDER BY fire_time DESC, id DESC LIMIT ")
         .push_bind(i64::from(filter.limit));
-    q
 }

@@ -17,7 +17,7 @@ pub(super) async fn search_runs(
     if filter.matches_nothing() {
         return Ok(Vec::new());
     }
-    query(concat!("SELECT ", run_columns!()), filter)
+    query("", filter)
         .build()
         .fetch_all(readers)
         .await?
@@ -32,10 +32,7 @@ pub(super) async fn explain_search_runs(
     readers: &SqlitePool,
     filter: &RunFilter,
 ) -> Result<Vec<String>, StoreError> {
-    let rows = query(
-        concat!("EXPLAIN QUERY PLAN SELECT ", run_columns!()),
-        filter,
-    )
+    let rows = query("EXPLAIN QUERY PLAN ", filter)
     .build()
     .fetch_all(readers)
     .await?;
@@ -44,13 +41,34 @@ pub(super) async fn explain_search_runs(
         .collect()
 }
 
-/// `select` (the columns) from runs matching `filter`, newest first, one page.
-fn query(select: &str, filter: &RunFilter) -> QueryBuilder<Sqlite> {
-    let mut q = QueryBuilder::new(select);
-    q.push(" FROM runs WHERE 1");
-    in_list(&mut q, "state", filter.states.iter().map(|s| s.as_str().to_string()));
+/// `prefix` (empty, or `EXPLAIN …`) and a query of runs matching `filter`, newest first,
+/// one page: one indexed range per part of [`RunFilter::branches`], merged.
+fn query(prefix: &str, filter: &RunFilter) -> QueryBuilder<Sqlite> {
+    let mut q = QueryBuilder::new(prefix);
+    match filter.branches().as_slice() {
+        [one] => page(&mut q, one),
+        parts => {
+            q.push("SELECT * FROM (");
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    q.push(" UNION ALL SELECT * FROM (");
+                }
+                page(&mut q, part);
+                q.push(format_args!(") AS part{i}"));
+            }
+            q.push(" ORDER BY fire_time DESC, id DESC LIMIT ")
+                .push_bind(i64::from(filter.limit));
+        }
+    }
+    q
+}
+
+/// One page of runs matching `filter` (its lists as they are), newest first.
+fn page(q: &mut QueryBuilder<Sqlite>, filter: &RunFilter) {
+    q.push(concat!("SELECT ", run_columns!(), " FROM runs WHERE 1"));
+    in_list(q, "state", filter.states.iter().map(|s| s.as_str().to_string()));
     if let Some(apps) = &filter.apps {
-        in_list(&mut q, "app", apps.iter().cloned());
+        in_list(q, "app", apps.iter().cloned());
     }
     if let Some(job) = filter.job {
         q.push(" AND job_id = ").push_bind(job.to_string());
@@ -82,7 +100,6 @@ fn query(select: &str, filter: &RunFilter) -> QueryBuilder<Sqlite> {
     }
     q.push(" ORDER BY fire_time DESC, id DESC LIMIT ")
         .push_bind(i64::from(filter.limit));
-    q
 }
 
 /// ` AND column = ?` for one value, ` AND column IN (?, …)` for several, nothing for none.
