@@ -55,7 +55,10 @@ async fn insert_jobs(store: &dyn Store) -> Vec<Uuid> {
 
 /// The main filter combinations, each with what it should read through: (name, filter,
 /// the index names any of which its plan may use).
-fn cases(jobs: &[Uuid], now: DateTime<Utc>) -> Vec<(&'static str, RunFilter, &'static [&'static str])> {
+fn cases(
+    jobs: &[Uuid],
+    now: DateTime<Utc>,
+) -> Vec<(&'static str, RunFilter, &'static [&'static str])> {
     let page = |filter: RunFilter| RunFilter {
         limit: PAGE,
         ..filter
@@ -232,7 +235,10 @@ async fn postgres_search_reads_each_filter_through_its_index() {
                 .any(|index| text.contains(index)),
             "{name}: reads through one of {indexes:?} or runs_recent:\n{plan:#}"
         );
-        assert!(!text.contains("Seq Scan"), "{name}: no sequential scan:\n{plan:#}");
+        assert!(
+            !text.contains("Seq Scan"),
+            "{name}: no sequential scan:\n{plan:#}"
+        );
         // A page per part, a few pages for a filter no index orders (mode: 1 run in 20
         // matches, read in fire order; a finish range: its 200 runs, then sorted).
         let bound = f64::from(PAGE) * 25.0;

@@ -130,7 +130,14 @@ pub async fn list(
 /// Runs of several jobs, one per line, with their job.
 fn across_jobs(runs: &[RunResponse]) -> String {
     let mut t = table::table(&[
-        "RUN", "JOB", "FIRE TIME", "MODE", "ATTEMPT", "STATE", "FINISHED", "RESULT",
+        "RUN",
+        "JOB",
+        "FIRE TIME",
+        "MODE",
+        "ATTEMPT",
+        "STATE",
+        "FINISHED",
+        "RESULT",
     ]);
     for run in runs {
         t.add_row(vec![

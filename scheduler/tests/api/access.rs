@@ -128,7 +128,12 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             (Method::GET, format!("/v1/runs/{run}"), None, Needs::ReadA),
             (Method::GET, "/v1/runs".into(), None, Needs::AnyRole),
             (Method::GET, "/v1/runs?app=a".into(), None, Needs::ReadA),
-            (Method::GET, format!("/v1/runs?job={job}"), None, Needs::ReadA),
+            (
+                Method::GET,
+                format!("/v1/runs?job={job}"),
+                None,
+                Needs::ReadA,
+            ),
             (
                 Method::GET,
                 format!("/v1/jobs/{job}/preview"),
@@ -316,7 +321,12 @@ async fn listings_and_peeks_show_only_the_callers_apps() {
             .collect();
         assert_eq!(run_jobs.iter().collect::<Vec<_>>(), expected, "{who:?}");
         let other_runs = send_as(&app, token, Method::GET, "/v1/runs?app=b", None).await;
-        assert_eq!(other_runs.status.is_success(), sees_b, "{who:?}: {}", other_runs.body);
+        assert_eq!(
+            other_runs.status.is_success(),
+            sees_b,
+            "{who:?}: {}",
+            other_runs.body
+        );
     }
     assert_eq!(EVERYONE.len(), tokens.len());
 }

@@ -17,7 +17,12 @@ fn ids(answer: &Value) -> Vec<String> {
 
 /// Creates job `name` of `app` and fires it `times` times; returns the job id and the
 /// runs' ids, oldest first.
-async fn fired_job(app: &TestApp, name: &str, app_name: &str, times: usize) -> (String, Vec<String>) {
+async fn fired_job(
+    app: &TestApp,
+    name: &str,
+    app_name: &str,
+    times: usize,
+) -> (String, Vec<String>) {
     let mut spec = hourly(name);
     spec["app"] = json!(app_name);
     let job = id(&app.create(&spec).await).to_string();
@@ -133,7 +138,7 @@ async fn get_runs_refuses_each_bad_parameter_naming_it() {
             .assert_field(field);
     }
     // A parameter the route does not take, and a number that is not one.
-    for query in ["states=failed", "limit=ten"] {
+    for query in ["states=failed", "limit=ten", "state=failed&state=dead"] {
         app.get(&format!("/v1/runs?{query}"))
             .await
             .assert_error(StatusCode::BAD_REQUEST, "invalid_field");

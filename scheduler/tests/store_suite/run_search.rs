@@ -187,7 +187,11 @@ pub(super) async fn runs_are_searched_across_jobs(store: &dyn Store) {
     }
     // The filters above each select something, and not everything.
     assert_eq!(found(store, &filters[1]).await.len(), 3, "three dead runs");
-    assert_eq!(found(store, &filters[3]).await.len(), 4, "four runs of app mail");
+    assert_eq!(
+        found(store, &filters[3]).await.len(),
+        4,
+        "four runs of app mail"
+    );
     assert_eq!(
         found(store, &filters[7]).await.len(),
         4,

@@ -45,7 +45,12 @@ impl RunSearchQuery {
         }
         .limit()?;
         let filter = RunFilter {
-            states: self.state.as_deref().map(states).transpose()?.unwrap_or_default(),
+            states: self
+                .state
+                .as_deref()
+                .map(states)
+                .transpose()?
+                .unwrap_or_default(),
             apps: self
                 .app
                 .as_ref()
@@ -72,9 +77,7 @@ impl RunSearchQuery {
                     DeliveryMode::parse(mode).ok_or_else(|| {
                         RequestError::invalid(
                             "mode",
-                            format!(
-                                "unknown mode {mode:?}: use group, broadcast, zone or sharded"
-                            ),
+                            format!("unknown mode {mode:?}: use group, broadcast, zone or sharded"),
                         )
                     })
                 })
@@ -88,7 +91,11 @@ impl RunSearchQuery {
         };
         for (after, before, field) in [
             (filter.fired_after, filter.fired_before, "fired_before"),
-            (filter.finished_after, filter.finished_before, "finished_before"),
+            (
+                filter.finished_after,
+                filter.finished_before,
+                "finished_before",
+            ),
         ] {
             if let (Some(after), Some(before)) = (after, before)
                 && before < after
@@ -184,8 +191,14 @@ mod tests {
         assert_eq!(bad(|q| q.job = Some("nope".into())), "job");
         assert_eq!(bad(|q| q.group = Some("".into())), "group");
         assert_eq!(bad(|q| q.mode = Some("fanout".into())), "mode");
-        assert_eq!(bad(|q| q.fired_after = Some("yesterday".into())), "fired_after");
-        assert_eq!(bad(|q| q.finished_before = Some("1".into())), "finished_before");
+        assert_eq!(
+            bad(|q| q.fired_after = Some("yesterday".into())),
+            "fired_after"
+        );
+        assert_eq!(
+            bad(|q| q.finished_before = Some("1".into())),
+            "finished_before"
+        );
         assert_eq!(bad(|q| q.limit = Some(0)), "limit");
         assert_eq!(bad(|q| q.cursor = Some("x".into())), "cursor");
         assert_eq!(

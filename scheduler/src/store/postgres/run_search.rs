@@ -31,8 +31,8 @@ pub(super) async fn explain_search_runs(
 ) -> Result<Value, StoreError> {
     let plan: Json<Value> = query("EXPLAIN (ANALYZE, FORMAT JSON) ", filter)
         .build_query_scalar()
-    .fetch_one(pool)
-    .await?;
+        .fetch_one(pool)
+        .await?;
     Ok(plan.0)
 }
 

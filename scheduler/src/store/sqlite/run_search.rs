@@ -33,9 +33,9 @@ pub(super) async fn explain_search_runs(
     filter: &RunFilter,
 ) -> Result<Vec<String>, StoreError> {
     let rows = query("EXPLAIN QUERY PLAN ", filter)
-    .build()
-    .fetch_all(readers)
-    .await?;
+        .build()
+        .fetch_all(readers)
+        .await?;
     rows.iter()
         .map(|row| Ok(row.try_get::<String, _>("detail")?))
         .collect()
@@ -66,7 +66,11 @@ fn query(prefix: &str, filter: &RunFilter) -> QueryBuilder<Sqlite> {
 /// One page of runs matching `filter` (its lists as they are), newest first.
 fn page(q: &mut QueryBuilder<Sqlite>, filter: &RunFilter) {
     q.push(concat!("SELECT ", run_columns!(), " FROM runs WHERE 1"));
-    in_list(q, "state", filter.states.iter().map(|s| s.as_str().to_string()));
+    in_list(
+        q,
+        "state",
+        filter.states.iter().map(|s| s.as_str().to_string()),
+    );
     if let Some(apps) = &filter.apps {
         in_list(q, "app", apps.iter().cloned());
     }
@@ -108,7 +112,8 @@ fn in_list(q: &mut QueryBuilder<Sqlite>, column: &str, values: impl Iterator<Ite
     match values.as_slice() {
         [] => {}
         [one] => {
-            q.push(format_args!(" AND {column} = ")).push_bind(one.clone());
+            q.push(format_args!(" AND {column} = "))
+                .push_bind(one.clone());
         }
         many => {
             q.push(format_args!(" AND {column} IN ("));
