@@ -182,7 +182,7 @@ pub enum RunCommand {
     /// List runs, newest fire first: one job's (JOB), or across jobs filtered by state,
     /// app, group, mode and fire or finish time.
     #[command(visible_alias = "list")]
-    Ls(run_list::RunLsArgs),
+    Ls(Box<run_list::RunLsArgs>),
     /// Show one run, with its attempts and, for a fire of several items, the items.
     #[command(visible_alias = "show", aliases = ["describe", "inspect"])]
     Get {

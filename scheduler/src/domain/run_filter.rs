@@ -184,7 +184,7 @@ mod tests {
             apps: Some((0..=MAX_APP_BRANCHES).map(|i| i.to_string()).collect()),
             ..RunFilter::default()
         };
-        assert_eq!(many.branches(), [many.clone()]);
+        assert_eq!(many.branches(), std::slice::from_ref(&many));
         assert_eq!(RunFilter::default().branches().len(), 1);
     }
 }
