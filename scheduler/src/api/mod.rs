@@ -17,6 +17,7 @@ mod health;
 mod jobs;
 pub mod openapi;
 mod preview;
+mod run_search;
 mod runs;
 mod state;
 mod tokens;
@@ -48,6 +49,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/runs", get(runs::list))
         .route("/v1/jobs/{id}/preview", get(preview::job))
         .route("/v1/schedules/preview", post(preview::schedule))
+        .route("/v1/runs", get(run_search::search))
         .route("/v1/runs/{id}", get(runs::get))
         .route("/v1/cluster", get(cluster::status))
         .route("/v1/consumers", get(consumers::list))

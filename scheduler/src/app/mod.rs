@@ -12,6 +12,7 @@ pub mod audit;
 pub mod consumers;
 pub mod jobs;
 pub mod node;
+pub mod run_search;
 pub mod runs;
 pub mod tokens;
 

@@ -46,7 +46,7 @@ pub struct Fire {
 
 /// Run history. Cheap to share.
 pub struct Runs {
-    store: Arc<dyn Store>,
+    pub(super) store: Arc<dyn Store>,
 }
 
 impl Runs {

@@ -10,6 +10,7 @@ mod dlq_table;
 mod import;
 mod job_args;
 mod preview;
+mod run_list;
 mod schedule_text;
 mod table;
 mod terminal;
@@ -178,15 +179,10 @@ pub enum AuditCommand {
 /// `chimectl run ...`.
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
-    /// List a job's runs, newest first.
+    /// List runs, newest fire first: one job's (JOB), or across jobs filtered by state,
+    /// app, group, mode and fire or finish time.
     #[command(visible_alias = "list")]
-    Ls {
-        /// The job.
-        job: String,
-        /// At most this many.
-        #[arg(long, default_value_t = 20)]
-        limit: u32,
-    },
+    Ls(Box<run_list::RunLsArgs>),
     /// Show one run, with its attempts and, for a fire of several items, the items.
     #[command(visible_alias = "show", aliases = ["describe", "inspect"])]
     Get {
@@ -336,17 +332,7 @@ async fn runs(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     match command {
-        RunCommand::Ls { job, limit } => {
-            let id = client.resolve_job(&job).await?;
-            let page: ListResponse<RunResponse> = client
-                .get(&format!("/v1/jobs/{id}/runs?limit={limit}"))
-                .await?;
-            if json {
-                write_json(out, &page)
-            } else {
-                write!(out, "{}", table::runs(&page.items)).context("writing output")
-            }
-        }
+        RunCommand::Ls(args) => run_list::list(client, &args, json, out).await,
         RunCommand::Get { run } => {
             let run: RunResponse = client.get(&format!("/v1/runs/{run}")).await?;
             if json {

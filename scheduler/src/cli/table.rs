@@ -127,7 +127,7 @@ fn name_of(value: &impl serde::Serialize) -> String {
         .unwrap_or_default()
 }
 
-fn result_text(run: &RunResponse) -> String {
+pub(super) fn result_text(run: &RunResponse) -> String {
     match (&run.output, &run.error) {
         (_, Some(error)) => format!("error: {error}"),
         (Some(output), None) => output.to_string(),

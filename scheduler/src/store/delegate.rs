@@ -107,6 +107,13 @@ macro_rules! route_store {
                 runs::list_runs(&self.$reads, job_id, page).await
             }
 
+            async fn search_runs(
+                &self,
+                filter: &$crate::domain::RunFilter,
+            ) -> Result<Vec<$crate::domain::Run>, $crate::store::StoreError> {
+                run_search::search_runs(&self.$reads, filter).await
+            }
+
             async fn fire_items(
                 &self,
                 job_id: ::uuid::Uuid,

@@ -212,6 +212,11 @@ pub trait Store: Send + Sync + 'static {
     /// A page of a job's runs.
     async fn list_runs(&self, job_id: Uuid, page: &RunPage) -> Result<Vec<Run>, StoreError>;
 
+    /// A page of runs across jobs matching `filter`, newest fire time first (run id
+    /// breaking ties): see [`RunFilter`](crate::domain::RunFilter). Each main filter reads
+    /// through its own index (migrations `*_run_search.sql`).
+    async fn search_runs(&self, filter: &crate::domain::RunFilter) -> Result<Vec<Run>, StoreError>;
+
     /// Every item (run) of job `job_id`'s fire at `fire_time`, by shard.
     async fn fire_items(
         &self,

@@ -126,6 +126,14 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
                 Needs::ReadA,
             ),
             (Method::GET, format!("/v1/runs/{run}"), None, Needs::ReadA),
+            (Method::GET, "/v1/runs".into(), None, Needs::AnyRole),
+            (Method::GET, "/v1/runs?app=a".into(), None, Needs::ReadA),
+            (
+                Method::GET,
+                format!("/v1/runs?job={job}"),
+                None,
+                Needs::ReadA,
+            ),
             (
                 Method::GET,
                 format!("/v1/jobs/{job}/preview"),
@@ -249,17 +257,26 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 26);
+    assert_eq!(checked, 5 * 29);
 }
 
 #[tokio::test]
 async fn listings_and_peeks_show_only_the_callers_apps() {
     let app = TestApp::new().await;
     let tokens = tokens(&app).await;
+    // Each job fired once, in this order: (app, job id).
+    let mut fired = Vec::new();
     for (name, app_name) in [("x", "a"), ("y", "b"), ("z", "a")] {
         let mut spec = hourly(name);
         spec["app"] = json!(app_name);
-        app.create(&spec).await;
+        let job = id(&app.create(&spec).await).to_string();
+        let trigger = app
+            .call(Method::POST, &format!("/v1/jobs/{job}/trigger"))
+            .await;
+        assert_eq!(trigger.status, StatusCode::ACCEPTED, "{}", trigger.body);
+        fired.push((app_name.to_string(), job));
+        // Each trigger its own millisecond, so the order of fire times is this order.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     }
     let names = |answer: &Answer| -> Vec<String> {
         answer.body["items"]
@@ -285,6 +302,32 @@ async fn listings_and_peeks_show_only_the_callers_apps() {
         let other = send_as(&app, token, Method::GET, "/v1/jobs?app=b", None).await;
         let sees_b = matches!(who, Who::Admin | Who::ReaderAll | Who::OperatorB);
         assert_eq!(other.status.is_success(), sees_b, "{who:?}: {}", other.body);
+        // Runs across jobs: only the caller's apps', and naming another app is refused.
+        let runs = send_as(&app, token, Method::GET, "/v1/runs", None).await;
+        let run_jobs: Vec<String> = runs.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["job_id"].as_str().unwrap().to_string())
+            .collect();
+        let expected: Vec<&String> = fired
+            .iter()
+            .rev()
+            .filter(|(job_app, _)| match who {
+                Who::Admin | Who::ReaderAll => true,
+                Who::OperatorA | Who::ReaderA => job_app == "a",
+                Who::OperatorB => job_app == "b",
+            })
+            .map(|(_, job)| job)
+            .collect();
+        assert_eq!(run_jobs.iter().collect::<Vec<_>>(), expected, "{who:?}");
+        let other_runs = send_as(&app, token, Method::GET, "/v1/runs?app=b", None).await;
+        assert_eq!(
+            other_runs.status.is_success(),
+            sees_b,
+            "{who:?}: {}",
+            other_runs.body
+        );
     }
     assert_eq!(EVERYONE.len(), tokens.len());
 }

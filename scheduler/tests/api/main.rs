@@ -17,5 +17,6 @@ mod listener;
 mod openapi;
 mod preview;
 mod quotas;
+mod run_search;
 mod runs;
 mod support;

@@ -14,6 +14,7 @@ mod presence;
 mod reconcile;
 mod replies;
 mod retention;
+mod run_search;
 mod runs;
 mod tokens;
 
@@ -258,6 +259,7 @@ store_suite!(
         reconcile::next_attempts_moves_only_runs_still_as_expected,
         reconcile::await_consumer_moves_the_deadline_without_using_an_attempt,
         runs::runs_page_newest_first,
+        run_search::runs_are_searched_across_jobs,
         runs::manual_runs_and_unconfirmed_runs,
         reconcile::retryable_failures_retry_after_backoff_then_die,
         replies::deadlines_follow_acks_and_heartbeats,

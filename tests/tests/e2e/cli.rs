@@ -95,6 +95,44 @@ async fn chimectl_manages_jobs_and_reports_errors() {
 
     assert_eq!(manual[0]["fired_by"], job_node(&server).await);
 
+    // Runs across jobs, filtered as GET /v1/runs filters them.
+    let across = run(vec![
+        "--json", "run", "ls", "--app", "shop", "--limit", "50",
+    ])
+    .await
+    .unwrap();
+    assert!(
+        across.status.success(),
+        "{}",
+        String::from_utf8_lossy(&across.stderr)
+    );
+    let across: Value = serde_json::from_str(&stdout(&across)).unwrap();
+    assert!(
+        across["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|run| run["id"] == manual[0]["id"]),
+        "{across}"
+    );
+    let elsewhere = run(vec!["--json", "run", "ls", "--app", "nobody"])
+        .await
+        .unwrap();
+    let elsewhere: Value = serde_json::from_str(&stdout(&elsewhere)).unwrap();
+    assert_eq!(elsewhere["items"], serde_json::json!([]), "{elsewhere}");
+    let table = stdout(&run(vec!["run", "ls", "--app", "shop"]).await.unwrap());
+    assert!(
+        table.contains("JOB") && table.contains("FIRE TIME"),
+        "{table}"
+    );
+    let refused = run(vec!["run", "ls", "--state", "done"]).await.unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("state"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
     // Delivery modes: flags into the target, shown in tables; a fire of several items
     // lists them.
     let sharded = run(vec![

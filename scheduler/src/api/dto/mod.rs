@@ -1,5 +1,5 @@
 //! The HTTP API's wire types: what clients send and what `chimed` answers, by resource
-//! ([`job`], [`batch`], [`run`], [`page`], [`preview`], [`cluster`], [`consumer`], [`dlq`],
+//! ([`job`], [`batch`], [`run`], [`run_search`], [`page`], [`preview`], [`cluster`], [`consumer`], [`dlq`],
 //! [`token`]), and [`RequestError`], what parsing
 //! them refuses.
 //!
@@ -18,6 +18,7 @@ pub mod job;
 pub mod page;
 pub mod preview;
 pub mod run;
+pub mod run_search;
 pub mod token;
 
 pub use audit::{AuditEntryResponse, AuditListQuery};
@@ -30,6 +31,7 @@ pub use job::{BackoffRequest, JobRequest, JobResponse, JobResponseSpec, TargetRe
 pub use page::{ListQuery, ListResponse, parse_run_cursor, run_cursor};
 pub use preview::{PreviewQuery, PreviewResponse, SchedulePreviewRequest, UpcomingFireResponse};
 pub use run::{InstanceResponse, ItemResponse, RunResponse};
+pub use run_search::RunSearchQuery;
 pub use token::{TokenRequest, TokenResponse};
 
 pub use crate::domain::{fire_state::FireState, timestamp::timestamp};

@@ -14,6 +14,7 @@ mod reconcile;
 mod replies;
 mod retention;
 mod rows;
+mod run_search;
 mod runs;
 mod tokens;
 
@@ -196,5 +197,14 @@ impl PostgresStore {
     /// that its cost follows the number of overdue runs.
     pub async fn explain_overdue(&self, shards: Option<&[u32]>) -> Result<Value, StoreError> {
         reconcile::explain_overdue(&self.pool, shards).await
+    }
+
+    /// `EXPLAIN (ANALYZE, FORMAT JSON)` of the search across jobs for `filter`, for tests
+    /// that each main filter reads through its index.
+    pub async fn explain_search_runs(
+        &self,
+        filter: &crate::domain::RunFilter,
+    ) -> Result<Value, StoreError> {
+        run_search::explain_search_runs(&self.pool, filter).await
     }
 }

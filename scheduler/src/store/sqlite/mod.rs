@@ -15,6 +15,7 @@ mod reconcile;
 mod replies;
 mod retention;
 mod rows;
+mod run_search;
 mod runs;
 mod tokens;
 
@@ -182,5 +183,14 @@ impl SqliteStore {
     /// `EXPLAIN QUERY PLAN` prints it (for tests that its cost follows the overdue runs).
     pub async fn explain_overdue(&self, shards: Option<&[u32]>) -> Result<Vec<String>, StoreError> {
         reconcile::explain_overdue(&self.readers, shards).await
+    }
+
+    /// The query plan of the search across jobs for `filter`, one line per step, as
+    /// `EXPLAIN QUERY PLAN` prints it (for tests that each main filter uses its index).
+    pub async fn explain_search_runs(
+        &self,
+        filter: &crate::domain::RunFilter,
+    ) -> Result<Vec<String>, StoreError> {
+        run_search::explain_search_runs(&self.readers, filter).await
     }
 }

@@ -1,0 +1,40 @@
+//! Searching runs across jobs (`GET /v1/runs`, `chimectl run ls`): [`Runs::search`]
+//! narrows a [`RunFilter`] to the caller's apps and reads one page from the store. Kept
+//! beside [`super::runs`] (which owns reading one run and one job's runs) so each
+//! operation on runs stays its own block.
+
+use crate::domain::{
+    Run, RunFilter,
+    access::{Action, Caller},
+};
+
+use super::runs::{Runs, RunsError};
+
+impl Runs {
+    /// A page of runs across jobs matching `filter`, newest fire time first. A caller
+    /// scoped to some apps sees only its apps' runs; naming an app (or a job of an app)
+    /// outside its scope is refused, as a job listing is. A job filter naming no job
+    /// matches nothing.
+    pub async fn search(&self, caller: &Caller, filter: &RunFilter) -> Result<Vec<Run>, RunsError> {
+        caller.check(Action::ReadJobs, None)?;
+        for app in filter.apps.iter().flatten() {
+            caller.check(Action::ReadJobs, Some(app))?;
+        }
+        let mut filter = filter.clone();
+        if let Some(job) = filter.job
+            && caller.visible_apps().is_some()
+        {
+            match self.store.get_job(job).await? {
+                Some(stored) => caller.check(Action::ReadJobs, Some(&stored.spec.app))?,
+                None => return Ok(Vec::new()),
+            }
+        }
+        if let Some(visible) = caller.visible_apps() {
+            filter.apps = Some(match filter.apps {
+                Some(asked) => asked.into_iter().filter(|a| visible.contains(a)).collect(),
+                None => visible,
+            });
+        }
+        Ok(self.store.search_runs(&filter).await?)
+    }
+}
