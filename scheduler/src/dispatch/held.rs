@@ -1,5 +1,5 @@
-//! Tasks of fires armed ahead of their time, held until their fire time comes. A task is
-//! never published before its `fire_time`; a newer copy of a held task (the fire armed
+//! Tasks of fires armed ahead of their time, held until they are due (their fire time,
+//! plus the fire's jitter). A task is never published before it is due; a newer copy of a held task (the fire armed
 //! again after a change, or re-submitted by a takeover) replaces the older one.
 
 use std::collections::{BTreeMap, HashMap};
@@ -25,7 +25,7 @@ impl Held {
         {
             outgoing.recheck |= old.recheck;
         }
-        let at = outgoing.task.fire_time;
+        let at = outgoing.due;
         self.fire_times.insert(id, at);
         self.by_time.insert((at, id), outgoing);
     }
@@ -100,6 +100,7 @@ mod tests {
                 published_at: t0(),
                 run_timeout_ms: None,
             },
+            due: fire_time,
             first: true,
             since: std::time::Instant::now(),
             fenced: true,

@@ -22,6 +22,7 @@ pub mod schedule;
 pub mod shard;
 pub mod timestamp;
 pub mod validation;
+pub mod window;
 
 pub use fire_state::FireState;
 pub use job::{DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, Target};
@@ -31,3 +32,4 @@ pub use retry::Backoff;
 pub use run::{Run, RunState, RunTrigger, WaitingFor};
 pub use schedule::Schedule;
 pub use validation::FieldError;
+pub use window::{DueTask, Window};

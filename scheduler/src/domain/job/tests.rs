@@ -18,6 +18,7 @@ fn spec(schedule: ScheduleSpec) -> JobSpec {
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
+            window: Default::default(),
         },
     }
 }
