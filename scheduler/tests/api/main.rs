@@ -18,3 +18,4 @@ mod preview;
 mod quotas;
 mod runs;
 mod support;
+mod window;
