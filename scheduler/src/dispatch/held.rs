@@ -125,6 +125,25 @@ mod tests {
     }
 
     #[test]
+    fn a_jittered_task_waits_for_its_due_time_not_its_fire_time() {
+        let mut held = Held::default();
+        let mut jittered = outgoing(1, 1, t0());
+        jittered.due = t0() + Duration::seconds(20);
+        held.hold(jittered);
+        held.hold(outgoing(2, 2, t0() + Duration::seconds(5)));
+        assert_eq!(held.next_due(), Some(t0() + Duration::seconds(5)));
+        let first = held.release(t0() + Duration::seconds(19));
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].task.task_id.as_u128(), 2);
+        let second = held.release(t0() + Duration::seconds(20));
+        assert_eq!(
+            second[0].task.fire_time,
+            t0(),
+            "the fire time stays nominal"
+        );
+    }
+
+    #[test]
     fn a_newer_copy_replaces_the_held_one_and_keeps_its_recheck() {
         let mut held = Held::default();
         held.hold(outgoing(1, 7, t0()));

@@ -52,7 +52,6 @@ use uuid::Uuid;
 
 use chime_consumer::backoff::Backoff;
 
-
 use crate::{broker, cluster::Ownership, domain::DueTask, store::Store, telemetry};
 use batch::{Broken, Confirmed, InFlight, Publishing};
 use changes::{Changes, Command};

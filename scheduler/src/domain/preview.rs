@@ -74,9 +74,7 @@ pub fn upcoming(
             local: at
                 .with_timezone(&timezone)
                 .to_rfc3339_opts(SecondsFormat::Millis, false),
-            due: job
-                .filter(|_| jittered)
-                .map(|job| window.due_time(job, at)),
+            due: job.filter(|_| jittered).map(|job| window.due_time(job, at)),
         });
         next = window.before_end(first.and_then(|anchor| schedule.next_after(anchor, at)));
     }
@@ -163,8 +161,8 @@ mod tests {
                 Some(at("2026-06-01T08:00:00Z")),
                 10
             )
-                .fires
-                .len(),
+            .fires
+            .len(),
             1
         );
         assert!(

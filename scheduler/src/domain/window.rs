@@ -146,7 +146,9 @@ fn parse_instant(field: &str, text: &str) -> Result<DateTime<Utc>, FieldError> {
         .map_err(|e| {
             FieldError::new(
                 field,
-                format!("invalid instant {text:?}: {e} (use RFC 3339, e.g. \"2026-11-21T10:00:00Z\")"),
+                format!(
+                    "invalid instant {text:?}: {e} (use RFC 3339, e.g. \"2026-11-21T10:00:00Z\")"
+                ),
             )
         })?
         .with_timezone(&Utc);
@@ -238,7 +240,11 @@ mod tests {
         let every = schedule(serde_json::json!({"every": "30s"}));
         assert_eq!(window.first_fire(&every, now), Some(start));
         let cron = schedule(serde_json::json!({"cron": "0 0 8 * * *"}));
-        assert_eq!(window.first_fire(&cron, now), Some(start), "start is a point");
+        assert_eq!(
+            window.first_fire(&cron, now),
+            Some(start),
+            "start is a point"
+        );
         let cron9 = schedule(serde_json::json!({"cron": "0 0 9 * * *"}));
         assert_eq!(
             window.first_fire(&cron9, now),
@@ -251,7 +257,10 @@ mod tests {
             start_at: Some(now - Duration::days(1)),
             ..Window::default()
         };
-        assert_eq!(past.first_fire(&every, now), Some(now + Duration::seconds(30)));
+        assert_eq!(
+            past.first_fire(&every, now),
+            Some(now + Duration::seconds(30))
+        );
         // Past the end: finished.
         let ended = Window {
             end_at: Some(now),

@@ -50,10 +50,8 @@ pub async fn judge(
         // Items of a sharded fire share a fire time: judge fire times, not runs. Fires
         // are judged by when they were due (with jitter), in that order.
         items.sort_by_key(|item| (due(item), item.run.fire_time, item.run.shard));
-        let mut fires: Vec<(DateTime<Utc>, DateTime<Utc>)> = items
-            .iter()
-            .map(|i| (due(i), i.run.fire_time))
-            .collect();
+        let mut fires: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+            items.iter().map(|i| (due(i), i.run.fire_time)).collect();
         fires.dedup();
         let times: Vec<DateTime<Utc>> = fires.iter().map(|(_, t)| *t).collect();
         let dues: Vec<DateTime<Utc>> = fires.iter().map(|(d, _)| *d).collect();

@@ -112,7 +112,9 @@ async fn a_job_past_its_end_is_finished_and_moving_the_window_reschedules_it() {
 
     // An end already past: no next fire, finished.
     let past = ts(Utc::now() - Duration::minutes(1));
-    let ended = app.json(Method::PATCH, &path, &json!({"end_at": past})).await;
+    let ended = app
+        .json(Method::PATCH, &path, &json!({"end_at": past}))
+        .await;
     assert_eq!(ended.status, StatusCode::OK, "{}", ended.body);
     assert_eq!(ended.body["next_fire_at"], Value::Null);
     assert_eq!(ended.body["finished"], true);
@@ -164,7 +166,10 @@ async fn an_unsaved_schedule_preview_honours_the_window_and_checks_the_jitter() 
         [0, 1, 2].map(|m| start + Duration::minutes(m)),
         "from the start to the end"
     );
-    assert!(answer.body["fires"][0].get("due").is_none(), "no job id to jitter by");
+    assert!(
+        answer.body["fires"][0].get("due").is_none(),
+        "no job id to jitter by"
+    );
     app.json(
         Method::POST,
         "/v1/schedules/preview",
@@ -173,4 +178,41 @@ async fn an_unsaved_schedule_preview_honours_the_window_and_checks_the_jitter() 
     .await
     .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
     .assert_field("jitter");
+}
+
+#[tokio::test]
+async fn imported_jobs_carry_their_window_and_a_bad_one_is_named_by_its_path() {
+    let app = TestApp::new().await;
+    let mut windowed = hourly("imported");
+    windowed["end_at"] = json!(ts(Utc::now() - Duration::hours(1)));
+    windowed["jitter"] = json!("1m");
+    let answer = app
+        .json(
+            Method::POST,
+            "/v1/jobs/batch",
+            &json!({"jobs": [windowed, hourly("plain")]}),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let items = answer.body["items"].as_array().unwrap();
+    assert_eq!(items[0]["jitter"], "1m");
+    assert_eq!(items[0]["finished"], true, "imported past its end");
+    assert_eq!(items[1]["finished"], false);
+
+    let mut bad = hourly("bad-jitter");
+    bad["jitter"] = json!("90m");
+    let refused = app
+        .json(
+            Method::POST,
+            "/v1/jobs/batch",
+            &json!({"jobs": [hourly("fine"), bad]}),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+    assert_eq!(refused.body["errors"][0]["index"], 1, "{}", refused.body);
+    assert_eq!(
+        refused.body["errors"][0]["field"], "jitter",
+        "{}",
+        refused.body
+    );
 }

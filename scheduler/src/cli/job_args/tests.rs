@@ -183,7 +183,14 @@ fn edit_sets_or_removes_the_window_and_jitter() {
     assert_eq!(
         edit(
             &current,
-            &["--start-at", "2029-01-01T00:00:00Z", "--end-at", "none", "--jitter", "none"]
+            &[
+                "--start-at",
+                "2029-01-01T00:00:00Z",
+                "--end-at",
+                "none",
+                "--jitter",
+                "none"
+            ]
         )
         .unwrap(),
         json!({"start_at": "2029-01-01T00:00:00Z", "end_at": null, "jitter": null})

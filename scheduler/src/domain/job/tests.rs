@@ -144,7 +144,12 @@ fn payload_limit() {
     assert!(validate_payload_text(&serde_json::json!({"k": ["ab"]})).is_ok());
 }
 
-fn windowed(schedule: ScheduleSpec, start: Option<&str>, end: Option<&str>, jitter: Option<&str>) -> JobSpec {
+fn windowed(
+    schedule: ScheduleSpec,
+    start: Option<&str>,
+    end: Option<&str>,
+    jitter: Option<&str>,
+) -> JobSpec {
     let mut spec = spec(schedule);
     spec.settings.window = Window::parse(start, end, jitter).unwrap();
     spec
@@ -184,7 +189,11 @@ fn a_job_fires_only_inside_its_window_and_then_finishes() {
         ),
         t0,
     );
-    assert_eq!(job.next_fire_at, Some(t0 + Duration::seconds(60)), "waits for the start");
+    assert_eq!(
+        job.next_fire_at,
+        Some(t0 + Duration::seconds(60)),
+        "waits for the start"
+    );
     let grace = Duration::seconds(5);
     let live = LiveZones::default();
     let until = t0 + Duration::seconds(90);
@@ -198,7 +207,12 @@ fn a_job_fires_only_inside_its_window_and_then_finishes() {
     );
     assert_eq!(fires.next_fire_at, None, "finished");
     // After an outage past the end, fire_once picks the last point inside the window.
-    let late = job.fires_due(t0 + Duration::hours(1), t0 + Duration::hours(1), grace, &live);
+    let late = job.fires_due(
+        t0 + Duration::hours(1),
+        t0 + Duration::hours(1),
+        grace,
+        &live,
+    );
     assert!(late.misfired);
     assert_eq!(
         late.runs.iter().map(|r| r.fire_time).collect::<Vec<_>>(),
@@ -212,7 +226,10 @@ fn moving_the_window_recomputes_the_next_fire() {
     let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
     let job = Job::new(spec(every("30s")), t0);
     let later = t0 + Duration::seconds(10);
-    let ended = job.updated(windowed(every("30s"), None, Some("2026-11-21T10:00:05Z"), None), later);
+    let ended = job.updated(
+        windowed(every("30s"), None, Some("2026-11-21T10:00:05Z"), None),
+        later,
+    );
     assert_eq!(ended.next_fire_at, None, "past its end: finished");
     assert!(reschedules(&job.spec, &ended.spec));
     let reopened = ended.updated(
