@@ -211,7 +211,7 @@ async fn imported_jobs_carry_their_window_and_a_bad_one_is_named_by_its_path() {
     assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
     assert_eq!(refused.body["errors"][0]["index"], 1, "{}", refused.body);
     assert_eq!(
-        refused.body["errors"][0]["field"], "jitter",
+        refused.body["errors"][0]["field"], "jobs[1].jitter",
         "{}",
         refused.body
     );
