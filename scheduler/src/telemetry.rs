@@ -289,7 +289,7 @@ fn describe() {
     describe_histogram!(
         FIRE_LATENESS,
         Unit::Seconds,
-        "Publish time minus scheduled fire time."
+        "Publish time minus due time (the scheduled fire time, plus its jitter)."
     );
     describe_counter!(
         FIRE_TRANSACTIONS,

@@ -151,7 +151,7 @@ pub(super) async fn patch(
         }
     };
     let expected = expected_version(changes.remove("version"), &headers)?;
-    for read_only in ["id", "next_fire_at", "created_at", "updated_at"] {
+    for read_only in ["id", "next_fire_at", "finished", "created_at", "updated_at"] {
         changes.remove(read_only);
     }
     let payload_limit = state.payload_limit();

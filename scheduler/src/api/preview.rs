@@ -46,8 +46,10 @@ pub(super) async fn schedule(
 ) -> Result<Json<PreviewResponse>, ApiError> {
     let bytes = read_body(body, state.body_limit()).await?;
     let request: SchedulePreviewRequest = parse_json(&bytes)?;
-    let preview = state
-        .jobs()
-        .preview_schedule(&caller, &request.schedule, request.count)?;
+    let window = request.window()?;
+    let preview =
+        state
+            .jobs()
+            .preview_schedule(&caller, &request.schedule, &window, request.count)?;
     Ok(Json(PreviewResponse::new(&preview, None)))
 }

@@ -291,16 +291,23 @@ impl Jobs {
             Some(next) if job.spec.paused && next < now => schedule.next_after(next, now),
             next => next,
         };
-        let preview = preview::upcoming(schedule, first, count);
+        let preview = preview::upcoming(
+            schedule,
+            &job.spec.settings.window,
+            Some(job.id),
+            first,
+            count,
+        );
         Ok((job, preview))
     }
 
-    /// The next fires of a schedule not yet saved, as if a job with it were created now.
-    /// Any token may ask: it reads nothing stored.
+    /// The next fires of a schedule not yet saved, as if a job with it and `window` were
+    /// created now. Any token may ask: it reads nothing stored.
     pub fn preview_schedule(
         &self,
         caller: &Caller,
         spec: &ScheduleSpec,
+        window: &crate::domain::Window,
         count: Option<u32>,
     ) -> Result<Preview, JobsError> {
         caller.check(Action::ReadJobs, None)?;
@@ -308,7 +315,7 @@ impl Jobs {
         let schedule = Schedule::from_spec(spec)?;
         let now = Utc::now();
         schedule.check_fires(now)?;
-        Ok(preview::for_new_schedule(&schedule, now, count))
+        Ok(preview::for_new_schedule(&schedule, window, now, count))
     }
 
     /// Job `id`, if `caller` may perform `action` on its app.
@@ -541,7 +548,7 @@ impl Jobs {
         for run in &mut runs {
             run.fired_by = Some(self.node.clone());
             if self.store.insert_run(run).await? {
-                recorded.push(job.task_message(run));
+                recorded.push(job.due_task(run));
             }
         }
         if !recorded.is_empty() {

@@ -75,6 +75,20 @@ pub struct JobFlags {
     /// unfinished).
     #[arg(long)]
     pub overlap: Option<String>,
+
+    // Fire window and jitter (issue 38).
+    /// No scheduled fire before this instant, RFC 3339 ("2026-12-01T08:00:00Z"); "none"
+    /// removes it (edit).
+    #[arg(long)]
+    pub start_at: Option<String>,
+    /// No scheduled fire after this instant, RFC 3339; past it the job is finished.
+    /// "none" removes it (edit).
+    #[arg(long)]
+    pub end_at: Option<String>,
+    /// Delay each scheduled fire's publish by a deterministic amount up to this ("30s";
+    /// at most 1h); "none" removes it (edit).
+    #[arg(long)]
+    pub jitter: Option<String>,
 }
 
 /// Flags of `job add`: `--file`, or `--name`, a schedule and `--group`.
@@ -289,6 +303,21 @@ fn insert_scalars(body: &mut Map<String, Value>, f: &JobFlags) -> anyhow::Result
     insert_some(body, "misfire", f.misfire.as_ref());
     insert_some(body, "catch_up_limit", f.catch_up_limit.as_ref());
     insert_some(body, "overlap", f.overlap.as_ref());
+    for (key, value) in [
+        ("start_at", &f.start_at),
+        ("end_at", &f.end_at),
+        ("jitter", &f.jitter),
+    ] {
+        match value.as_deref() {
+            None => {}
+            Some("none") => {
+                body.insert(key.into(), Value::Null);
+            }
+            Some(text) => {
+                body.insert(key.into(), json!(text));
+            }
+        }
+    }
     Ok(())
 }
 

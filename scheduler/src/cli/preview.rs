@@ -27,9 +27,18 @@ pub async fn next(
 /// The table, with a note when the job is paused or fires no more.
 fn render(preview: &PreviewResponse) -> String {
     let local = format!("LOCAL ({})", preview.timezone);
-    let mut t = table(&["AT (UTC)", &local]);
+    let jittered = preview.fires.iter().any(|f| f.due.is_some());
+    let mut t = if jittered {
+        table(&["AT (UTC)", &local, "WITH JITTER (UTC)"])
+    } else {
+        table(&["AT (UTC)", &local])
+    };
     for fire in &preview.fires {
-        t.add_row(vec![fire.at.clone(), fire.local.clone()]);
+        let mut row = vec![fire.at.clone(), fire.local.clone()];
+        if jittered {
+            row.push(fire.due.clone().unwrap_or_default());
+        }
+        t.add_row(row);
     }
     let mut text = format!("{t}\n");
     if preview.paused == Some(true) {
@@ -54,6 +63,7 @@ mod tests {
             fires: vec![UpcomingFireResponse {
                 at: "2026-03-28T01:30:00.000Z".into(),
                 local: "2026-03-28T02:30:00.000+01:00".into(),
+                due: None,
             }],
         };
         let text = render(&preview);

@@ -17,10 +17,13 @@ pub(super) fn table(header: &[&str]) -> Table {
     table
 }
 
-/// The next fire as a list shows it: `paused` for a paused job (its stored next fire is
+/// The next fire as a list shows it: `finished` for a job whose schedule fires no more
+/// (past its `end_at`, or exhausted), `paused` for a paused job (its stored next fire is
 /// the one it had when paused, not one that will happen).
 fn next_fire(job: &JobResponse) -> String {
-    if job.spec.paused {
+    if job.finished {
+        "finished".into()
+    } else if job.spec.paused {
         "paused".into()
     } else {
         or_dash(job.next_fire_at.as_deref())
@@ -107,6 +110,9 @@ pub fn job_detail(job: &JobResponse) -> String {
         ("misfire", name_of(&s.misfire)),
         ("catch_up_limit", s.catch_up_limit.to_string()),
         ("overlap", name_of(&s.overlap)),
+        ("start_at", or_dash(s.start_at.as_deref())),
+        ("end_at", or_dash(s.end_at.as_deref())),
+        ("jitter", or_dash(s.jitter.as_deref())),
         ("paused", s.paused.to_string()),
         ("version", job.version.to_string()),
         ("next_fire_at", next_fire(job)),

@@ -345,7 +345,9 @@ impl Publishing {
                 Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => {
                     confirmed.push(id);
                     if outgoing.first {
-                        let lateness = (published_at - task.fire_time)
+                        // Judged against when it was due: a jittered fire is not late
+                        // for its jitter.
+                        let lateness = (published_at - outgoing.due)
                             .num_microseconds()
                             .unwrap_or(0);
                         lateness_histogram.record(lateness.max(0) as f64 / 1e6);

@@ -1,5 +1,5 @@
-//! Tasks of fires armed ahead of their time, held until their fire time comes. A task is
-//! never published before its `fire_time`; a newer copy of a held task (the fire armed
+//! Tasks of fires armed ahead of their time, held until they are due (their fire time,
+//! plus the fire's jitter). A task is never published before it is due; a newer copy of a held task (the fire armed
 //! again after a change, or re-submitted by a takeover) replaces the older one.
 
 use std::collections::{BTreeMap, HashMap};
@@ -25,7 +25,7 @@ impl Held {
         {
             outgoing.recheck |= old.recheck;
         }
-        let at = outgoing.task.fire_time;
+        let at = outgoing.due;
         self.fire_times.insert(id, at);
         self.by_time.insert((at, id), outgoing);
     }
@@ -100,6 +100,7 @@ mod tests {
                 published_at: t0(),
                 run_timeout_ms: None,
             },
+            due: fire_time,
             first: true,
             since: std::time::Instant::now(),
             fenced: true,
@@ -121,6 +122,25 @@ mod tests {
         assert_eq!(held.len(), 1);
         assert!(!held.contains(Uuid::from_u128(1)));
         assert!(held.contains(Uuid::from_u128(3)));
+    }
+
+    #[test]
+    fn a_jittered_task_waits_for_its_due_time_not_its_fire_time() {
+        let mut held = Held::default();
+        let mut jittered = outgoing(1, 1, t0());
+        jittered.due = t0() + Duration::seconds(20);
+        held.hold(jittered);
+        held.hold(outgoing(2, 2, t0() + Duration::seconds(5)));
+        assert_eq!(held.next_due(), Some(t0() + Duration::seconds(5)));
+        let first = held.release(t0() + Duration::seconds(19));
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].task.task_id.as_u128(), 2);
+        let second = held.release(t0() + Duration::seconds(20));
+        assert_eq!(
+            second[0].task.fire_time,
+            t0(),
+            "the fire time stays nominal"
+        );
     }
 
     #[test]

@@ -52,9 +52,7 @@ use uuid::Uuid;
 
 use chime_consumer::backoff::Backoff;
 
-use chime_consumer::protocol::TaskMessage;
-
-use crate::{broker, cluster::Ownership, store::Store, telemetry};
+use crate::{broker, cluster::Ownership, domain::DueTask, store::Store, telemetry};
 use batch::{Broken, Confirmed, InFlight, Publishing};
 use changes::{Changes, Command};
 use held::Held;
@@ -84,18 +82,18 @@ pub struct DispatchHandle {
 impl DispatchHandle {
     /// Queues runs just recorded outside any shard lease (manual triggers: whichever node
     /// recorded the run publishes it).
-    pub fn submit(&self, tasks: impl IntoIterator<Item = TaskMessage>) {
+    pub fn submit(&self, tasks: impl IntoIterator<Item = DueTask>) {
         self.send(tasks, true, false);
     }
 
     /// Queues scheduled fires just recorded under their shards' leases (published at
     /// their fire time if armed ahead of it).
-    pub fn submit_fenced(&self, tasks: impl IntoIterator<Item = TaskMessage>) {
+    pub fn submit_fenced(&self, tasks: impl IntoIterator<Item = DueTask>) {
         self.send(tasks, true, true);
     }
 
     /// Queues recorded runs that were never confirmed, to publish again (fenced).
-    pub fn resubmit(&self, tasks: impl IntoIterator<Item = TaskMessage>) {
+    pub fn resubmit(&self, tasks: impl IntoIterator<Item = DueTask>) {
         self.send(tasks, false, true);
     }
 
@@ -119,10 +117,11 @@ impl DispatchHandle {
         let _ = self.tx.send(Command::ChangesMissed);
     }
 
-    fn send(&self, tasks: impl IntoIterator<Item = TaskMessage>, first: bool, fenced: bool) {
-        for task in tasks {
+    fn send(&self, tasks: impl IntoIterator<Item = DueTask>, first: bool, fenced: bool) {
+        for DueTask { task, due } in tasks {
             let _ = self.tx.send(Command::Publish(Box::new(Outgoing {
                 task,
+                due,
                 first,
                 since: std::time::Instant::now(),
                 fenced,
@@ -467,9 +466,9 @@ impl Dispatcher {
 
     fn enqueue(&mut self, outgoing: Outgoing) {
         let id = outgoing.task.task_id;
-        // Only a first attempt can be ahead of its time; a later attempt goes out now
-        // whatever its run says.
-        let armed = outgoing.task.attempt == 1 && outgoing.task.fire_time > Utc::now();
+        // Only a first attempt can be ahead of its time (its fire time, plus its jitter);
+        // a later attempt goes out now whatever its run says.
+        let armed = outgoing.task.attempt == 1 && outgoing.due > Utc::now();
         if armed && self.held.contains(id) {
             self.held.hold(outgoing);
             return;

@@ -2,6 +2,7 @@
 //! about it besides the message.
 
 use chime_consumer::protocol::TaskMessage;
+use chrono::{DateTime, Utc};
 
 /// A task to publish, and whether this is its first publish (only first publishes count
 /// towards fire lateness).
@@ -9,6 +10,9 @@ use chime_consumer::protocol::TaskMessage;
 pub struct Outgoing {
     /// The task.
     pub task: TaskMessage,
+    /// A first attempt is not published before this instant: its fire time, plus the
+    /// fire's jitter for a scheduled fire (see [`crate::domain::window`]).
+    pub due: DateTime<Utc>,
     /// False when the reconciler re-publishes it.
     pub first: bool,
     /// When it was handed over, or released at its fire time.

@@ -14,11 +14,12 @@ use chime_consumer::protocol::{
 
 use super::{
     duration::HumanDuration,
-    misfire::{MisfirePolicy, plan_fires},
+    misfire::{MisfirePolicy, plan_fires_within},
     retry::Backoff,
     run::{Run, RunTrigger},
     schedule::Schedule,
     validation::FieldError,
+    window::{DueTask, Window},
 };
 pub use super::{limits, overlap::OverlapPolicy};
 
@@ -191,6 +192,7 @@ impl JobSettings {
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap: super::OverlapPolicy::Allow,
+            window: Window::default(),
         }
     }
 }
@@ -222,6 +224,12 @@ pub struct JobSettings {
     pub catch_up_limit: u32,
     /// Whether fires may overlap.
     pub overlap: OverlapPolicy,
+
+    // -- Fire window and jitter (issue 38): `start_at`, `end_at`, `jitter` at the top
+    // level of the document.
+    /// When the schedule may fire, and the jitter of each fire.
+    #[serde(flatten)]
+    pub window: Window,
 }
 
 fn default_run_timeout() -> HumanDuration {
@@ -273,11 +281,18 @@ pub struct JobFires {
     pub fire_times: usize,
 }
 
-/// Whether replacing `old` with `new` recomputes the next fire time: the schedule changed
-/// or the job was resumed. Otherwise the stored next fire time stands, whatever a
-/// concurrent fire made of it.
+/// Whether replacing `old` with `new` recomputes the next fire time: the schedule or its
+/// window (`start_at`, `end_at`) changed, or the job was resumed. Otherwise the stored
+/// next fire time stands, whatever a concurrent fire made of it.
 pub fn reschedules(old: &JobSpec, new: &JobSpec) -> bool {
-    new.settings.schedule != old.settings.schedule || (old.paused && !new.paused)
+    new.settings.schedule != old.settings.schedule
+        || window_moved(&old.settings.window, &new.settings.window)
+        || (old.paused && !new.paused)
+}
+
+/// Whether the window's bounds differ (a jitter change alone reschedules nothing).
+fn window_moved(old: &Window, new: &Window) -> bool {
+    (old.start_at, old.end_at) != (new.start_at, new.end_at)
 }
 
 /// Checks an app, job or group name against the protocol's naming rule.
@@ -372,6 +387,7 @@ impl JobSettings {
     /// Checks bounds that the types alone do not express.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.target.validate()?;
+        self.window.validate()?;
         let ack = self.ack_timeout.get();
         if !(limits::MIN_ACK_TIMEOUT..=limits::MAX_ACK_TIMEOUT).contains(&ack) {
             return Err(FieldError::new(
@@ -421,7 +437,8 @@ impl Job {
     /// A new job created at `now` from `spec`, with its first fire computed.
     pub fn new(spec: JobSpec, now: DateTime<Utc>) -> Self {
         let now = super::schedule::truncate_ms(now);
-        let next_fire_at = spec.settings.schedule.first_fire(now);
+        let settings = &spec.settings;
+        let next_fire_at = settings.window.first_fire(&settings.schedule, now);
         Self {
             id: Uuid::now_v7(),
             spec,
@@ -433,17 +450,19 @@ impl Job {
     }
 
     /// The job after replacing its definition with `spec` at `now`: the version moves on,
-    /// and the next fire is recomputed when the schedule changed or the job was resumed
-    /// (fires skipped while paused are not "missed").
+    /// and the next fire is recomputed when the schedule or its window changed or the job
+    /// was resumed (fires skipped while paused are not "missed"), inside the window.
     pub fn updated(&self, spec: JobSpec, now: DateTime<Utc>) -> Self {
         let now = super::schedule::truncate_ms(now);
-        let rescheduled = spec.settings.schedule != self.spec.settings.schedule;
+        let rescheduled = spec.settings.schedule != self.spec.settings.schedule
+            || window_moved(&self.spec.settings.window, &spec.settings.window);
         let resumed = self.spec.paused && !spec.paused;
+        let window = &spec.settings.window;
         let next_fire_at = if reschedules(&self.spec, &spec) {
             match (&spec.settings.schedule, resumed && !rescheduled) {
                 // A one-shot keeps its instant until it has fired.
                 (Schedule::At(_), true) => self.next_fire_at,
-                (schedule, _) => schedule.first_fire(now),
+                (schedule, _) => window.first_fire(schedule, now),
             }
         } else {
             self.next_fire_at
@@ -477,7 +496,7 @@ impl Job {
             };
         };
         let settings = &self.spec.settings;
-        let plan = plan_fires(
+        let plan = plan_fires_within(
             &settings.schedule,
             due,
             now,
@@ -485,6 +504,7 @@ impl Job {
             settings.misfire,
             settings.catch_up_limit,
             grace,
+            settings.window.end_at,
         );
         let runs = plan
             .fire_times
@@ -519,9 +539,31 @@ impl Job {
                 run.ack_timeout = settings.ack_timeout.get();
                 run.run_timeout = settings.run_timeout.get();
                 run.overlap = settings.overlap;
+                // A jittered fire is not overdue before it is due.
+                run.due_at = Some(super::schedule::truncate_ms(
+                    now.max(self.due_time(run.fire_time, trigger)),
+                ));
                 run
             })
             .collect()
+    }
+
+    /// When a first attempt of this job's fire at nominal `fire_time` is published: with
+    /// [`RunTrigger::Schedule`], `fire_time` plus the fire's jitter
+    /// ([`Window::jitter_offset`]); a manual trigger is never jittered.
+    pub fn due_time(&self, fire_time: DateTime<Utc>, trigger: RunTrigger) -> DateTime<Utc> {
+        match trigger {
+            RunTrigger::Schedule => self.spec.settings.window.due_time(self.id, fire_time),
+            RunTrigger::Manual => fire_time,
+        }
+    }
+
+    /// The task of `run` with the time it is due to be published (see [`Self::due_time`]).
+    pub fn due_task(&self, run: &Run) -> DueTask {
+        DueTask {
+            task: self.task_message(run),
+            due: self.due_time(run.fire_time, run.trigger),
+        }
     }
 
     /// The task message of `run` of this job. `published_at` is the run's creation time

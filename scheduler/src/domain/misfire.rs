@@ -80,26 +80,55 @@ pub fn plan_fires(
     catch_up_limit: u32,
     grace: Duration,
 ) -> FirePlan {
+    plan_fires_within(
+        schedule,
+        due,
+        now,
+        until,
+        policy,
+        catch_up_limit,
+        grace,
+        None,
+    )
+}
+
+/// [`plan_fires`] for a schedule that ends at `end` (a job's `end_at`, inclusive): no
+/// fire time after it is planned (a misfire's policy picks among the points up to it),
+/// and a next fire time past it is `None` — the job is finished.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_fires_within(
+    schedule: &Schedule,
+    due: DateTime<Utc>,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+    policy: MisfirePolicy,
+    catch_up_limit: u32,
+    grace: Duration,
+    end: Option<DateTime<Utc>>,
+) -> FirePlan {
     assert!(until >= now, "arming horizon {until} before now {now}");
-    if due > until {
+    let before_end = |t: Option<DateTime<Utc>>| t.filter(|t| end.is_none_or(|end| *t <= end));
+    if due > until || before_end(Some(due)).is_none() {
         return FirePlan {
             fire_times: Vec::new(),
-            next_fire_at: Some(due),
+            next_fire_at: before_end(Some(due)),
             misfired: false,
         };
     }
     let misfired = due < now - grace;
-    let next_fire_at = schedule.next_after(due, if misfired { now } else { until });
+    let next_fire_at = before_end(schedule.next_after(due, if misfired { now } else { until }));
+    // Points are only looked for up to the end.
+    let last = |t: DateTime<Utc>| end.map_or(t, |end| t.min(end));
     let fire_times = if !misfired {
-        schedule.points_between(due, due, until, MAX_ON_TIME_FIRES)
+        schedule.points_between(due, due, last(until), MAX_ON_TIME_FIRES)
     } else {
         match policy {
             MisfirePolicy::Skip => {
-                schedule.points_between(due, now - grace, now, MAX_ON_TIME_FIRES)
+                schedule.points_between(due, now - grace, last(now), MAX_ON_TIME_FIRES)
             }
-            MisfirePolicy::FireOnce => schedule.latest_points(due, now, 1),
+            MisfirePolicy::FireOnce => schedule.latest_points(due, last(now), 1),
             MisfirePolicy::CatchUp => {
-                schedule.latest_points(due, now, catch_up_limit.max(1) as usize)
+                schedule.latest_points(due, last(now), catch_up_limit.max(1) as usize)
             }
         }
     };

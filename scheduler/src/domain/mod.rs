@@ -24,6 +24,7 @@ pub mod shard;
 pub mod timestamp;
 pub mod validation;
 pub mod wire_schema;
+pub mod window;
 
 pub use fire_state::FireState;
 pub use job::{DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, Target};
@@ -34,3 +35,4 @@ pub use run::{Run, RunState, RunTrigger, WaitingFor};
 pub use run_filter::RunFilter;
 pub use schedule::Schedule;
 pub use validation::FieldError;
+pub use window::{DueTask, Window};

@@ -134,7 +134,7 @@ pub(super) async fn advance(
             }
         }
         item.run.attempt += 1;
-        tasks.push(item.job.task_message(&item.run));
+        tasks.push(item.job.due_task(&item.run));
     }
     dispatch.resubmit(tasks);
     Ok(())

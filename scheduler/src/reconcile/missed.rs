@@ -19,12 +19,18 @@ use crate::{
     telemetry,
 };
 
-/// Whether `item` is a first-attempt scheduled fire more than `grace` late at `now`.
+/// When `item`'s fire was due to be published: its fire time plus its jitter.
+fn due(item: &OverdueRun) -> DateTime<Utc> {
+    item.job.due_time(item.run.fire_time, item.run.trigger)
+}
+
+/// Whether `item` is a first-attempt scheduled fire more than `grace` late at `now`
+/// (judged against when it was due: its fire time plus its jitter).
 pub fn is_missed(item: &OverdueRun, now: DateTime<Utc>, grace: chrono::Duration) -> bool {
     item.run.state == RunState::Scheduled
         && item.run.trigger == RunTrigger::Schedule
         && item.run.attempt == 1
-        && item.run.fire_time < now - grace
+        && due(item) < now - grace
 }
 
 /// Judges `missed` (see [`is_missed`]) per job at `now`: drops those the policy drops
@@ -41,10 +47,14 @@ pub async fn judge(
     }
     let mut publish = Vec::new();
     for (_, mut items) in by_job {
-        // Items of a sharded fire share a fire time: judge fire times, not runs.
-        items.sort_by_key(|item| (item.run.fire_time, item.run.shard));
-        let mut times: Vec<DateTime<Utc>> = items.iter().map(|i| i.run.fire_time).collect();
-        times.dedup();
+        // Items of a sharded fire share a fire time: judge fire times, not runs. Fires
+        // are judged by when they were due (with jitter), in that order.
+        items.sort_by_key(|item| (due(item), item.run.fire_time, item.run.shard));
+        let mut fires: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+            items.iter().map(|i| (due(i), i.run.fire_time)).collect();
+        fires.dedup();
+        let times: Vec<DateTime<Utc>> = fires.iter().map(|(_, t)| *t).collect();
+        let dues: Vec<DateTime<Utc>> = fires.iter().map(|(d, _)| *d).collect();
         let Some(job) = items.first().map(|item| item.job.clone()) else {
             continue;
         };
@@ -53,14 +63,15 @@ pub async fn judge(
         // before this pass read the job: judge as of the fire after the last one recorded
         // ahead, which is what `next_fire_at` was when the recording node stopped.
         let after_recorded = times
-            .last()
+            .iter()
+            .max()
             .and_then(|last| settings.schedule.next_after(*last, *last));
         let next_fire_at = match (job.next_fire_at, after_recorded) {
             (Some(next), Some(after)) => Some(next.min(after)),
             (next, _) => next,
         };
         let keep = judge_recorded(
-            &times,
+            &dues,
             &settings.schedule,
             next_fire_at,
             now,
@@ -77,7 +88,7 @@ pub async fn judge(
                 publish.push(item);
                 continue;
             }
-            let late_s = (now - item.run.fire_time).num_milliseconds() as f64 / 1000.0;
+            let late_s = (now - due(&item)).num_milliseconds() as f64 / 1000.0;
             let reason = format!(
                 "skipped: recorded ahead but not published; {late_s:.1}s late when this node took it over (misfire policy {policy})"
             );

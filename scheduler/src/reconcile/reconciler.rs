@@ -185,13 +185,13 @@ impl Reconciler {
                     // published it and died before marking it: wait briefly for its ack.
                     RunState::Scheduled
                         if matches!(kind, PassKind::Start | PassKind::Takeover)
-                            && item.run.fire_time <= now =>
+                            && item.job.due_time(item.run.fire_time, item.run.trigger) <= now =>
                     {
                         maybe_published.push(item)
                     }
                     RunState::Scheduled => {
                         metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
-                        self.dispatch.resubmit([item.job.task_message(&item.run)]);
+                        self.dispatch.resubmit([item.job.due_task(&item.run)]);
                         report.count_republished(reason);
                     }
                     RunState::Dispatched if self.consumers.nobody_consumes(&item).await => {
@@ -246,7 +246,7 @@ impl Reconciler {
             );
             for item in publish {
                 metrics::counter!(telemetry::REPUBLISHES, "reason" => reason).increment(1);
-                self.dispatch.resubmit([item.job.task_message(&item.run)]);
+                self.dispatch.resubmit([item.job.due_task(&item.run)]);
                 report.count_republished(reason);
             }
             attempts::advance(self.store.as_ref(), &self.dispatch, advances, now, report).await?;

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::domain::window::MAX_JITTER;
+
 /// How far apart two nodes' clocks may be when one takes over the other's armed runs.
 const CLOCK_SKEW: Duration = Duration::from_secs(1);
 
@@ -55,13 +57,17 @@ impl PassKind {
 
 /// Where `scheduled` runs count as overdue, relative to now: `republish_after` ago for
 /// a periodic pass; at start and on a takeover as far ahead as a previous owner may have
-/// armed fires (its clock may run ahead of ours), as nobody else will publish the runs
-/// it recorded, armed ones included.
+/// armed fires (its clock may run ahead of ours) plus the longest jitter (a jittered
+/// fire is recorded at its fire time and due up to [`MAX_JITTER`] later), as nobody else
+/// will publish the runs it recorded, armed and jittered ones included: those not yet
+/// due are held here until they are.
 pub(super) fn unconfirmed_cutoff(settings: &ReconcileSettings, kind: PassKind) -> chrono::Duration {
     let bounded = |d: Duration| chrono::Duration::from_std(d).expect("bounded setting");
     match kind {
         PassKind::Periodic | PassKind::FirstProbe => -bounded(settings.republish_after),
-        PassKind::Start | PassKind::Takeover => bounded(settings.armed_ahead + CLOCK_SKEW),
+        PassKind::Start | PassKind::Takeover => {
+            bounded(settings.armed_ahead + CLOCK_SKEW + MAX_JITTER)
+        }
     }
 }
 
@@ -95,6 +101,12 @@ mod tests {
             for kind in [PassKind::Start, PassKind::Takeover] {
                 assert!(
                     unconfirmed_cutoff(&settings, kind) > armed,
+                    "{fire_ahead:?}"
+                );
+                // A jittered fire waits up to an hour after its fire time.
+                assert!(
+                    unconfirmed_cutoff(&settings, kind)
+                        > armed + chrono::Duration::from_std(MAX_JITTER).unwrap(),
                     "{fire_ahead:?}"
                 );
             }

@@ -7,10 +7,10 @@ use std::collections::HashSet;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
-use chime_consumer::protocol::TaskMessage;
-
 use super::types::{FireBatch, Firing, Misfire};
-use crate::domain::{DeliveryMode, Job, LiveZones, OverlapPolicy, Run, misfire::collapsed_fires};
+use crate::domain::{
+    DeliveryMode, DueTask, Job, LiveZones, OverlapPolicy, Run, misfire::collapsed_fires,
+};
 
 /// How far back a presence message counts: consumers seen since then are live.
 pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
@@ -26,7 +26,7 @@ pub fn needs_live_zones(job: &Job) -> bool {
 /// A fire transaction's plan: runs to insert and next fire times to write.
 pub(crate) struct FirePlanBatch {
     /// Runs to insert, with their tasks.
-    pub runs: Vec<(Run, TaskMessage)>,
+    pub runs: Vec<(Run, DueTask)>,
     /// Jobs whose next fire time moves, and where to.
     pub advance: Vec<(Uuid, Option<DateTime<Utc>>)>,
     /// The timer's view, returned to the caller once the transaction commits.
@@ -125,7 +125,7 @@ pub(crate) fn plan_batch(
             .push((job.id, fires.next_fire_at.filter(|_| !job.spec.paused)));
         plan.runs.extend(fires.runs.into_iter().map(|mut run| {
             run.fired_by = Some(node.to_string());
-            let task = job.task_message(&run);
+            let task = job.due_task(&run);
             (run, task)
         }));
     }

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
-use chime_consumer::protocol::{AttemptRecord, TaskMessage};
+use chime_consumer::protocol::AttemptRecord;
 
 use crate::domain::{Job, JobSettings, MisfirePolicy, Run, RunState, shard::ShardToken};
 
@@ -82,7 +82,7 @@ pub struct Firing {
 #[derive(Debug, Default)]
 pub struct FireBatch {
     /// Runs newly recorded, ready to publish.
-    pub recorded: Vec<TaskMessage>,
+    pub recorded: Vec<crate::domain::DueTask>,
     /// For each job examined, the next fire time the timer should hold (None: none —
     /// paused, deleted, or finished).
     pub next_fire: Vec<(Uuid, Option<DateTime<Utc>>)>,

@@ -20,3 +20,4 @@ mod quotas;
 mod run_search;
 mod runs;
 mod support;
+mod window;

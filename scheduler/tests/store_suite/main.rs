@@ -71,6 +71,7 @@ fn spec(name: &str, schedule: serde_json::Value) -> JobSpec {
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
+            window: Default::default(),
         },
     }
 }

@@ -30,3 +30,4 @@ mod routing;
 mod secrets;
 mod support;
 mod tokens;
+mod window;

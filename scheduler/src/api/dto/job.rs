@@ -15,6 +15,7 @@ use crate::domain::{
     schedule::ScheduleSpec,
     timestamp::timestamp,
     validation::one_of,
+    window::Window,
 };
 
 /// A job as a client writes it (`POST /v1/jobs`, and the fields `PATCH` may replace).
@@ -65,6 +66,17 @@ pub struct JobRequest {
     /// Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+
+    // -- Fire window and jitter (issue 38).
+    /// RFC 3339: no scheduled fire before it (inclusive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// RFC 3339, after `start_at`: no scheduled fire after it (inclusive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    /// Most delay added to each scheduled fire's publish, `0s` to `1h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
 }
 
 /// A retry backoff as a client writes it; a missing field keeps its default.
@@ -102,6 +114,7 @@ impl JobRequest {
     /// The request that would recreate `spec`.
     pub fn from_spec(spec: &JobSpec) -> Self {
         let s = &spec.settings;
+        let (start_at, end_at, jitter) = s.window.to_text();
         Self {
             app: Some(spec.app.clone()),
             name: spec.name.clone(),
@@ -124,6 +137,9 @@ impl JobRequest {
             catch_up_limit: Some(s.catch_up_limit),
             overlap: Some(s.overlap.as_str().to_string()),
             paused: Some(spec.paused),
+            start_at,
+            end_at,
+            jitter,
         }
     }
 
@@ -166,6 +182,11 @@ impl JobRequest {
                 .catch_up_limit
                 .unwrap_or(limits::DEFAULT_CATCH_UP_LIMIT),
             overlap: parse_overlap(self.overlap.as_deref())?,
+            window: Window::parse(
+                self.start_at.as_deref(),
+                self.end_at.as_deref(),
+                self.jitter.as_deref(),
+            )?,
         };
         settings.validate()?;
         let spec = JobSpec {
@@ -259,6 +280,10 @@ pub struct JobResponse {
     pub version: i64,
     /// Next scheduled fire (null: none).
     pub next_fire_at: Option<String>,
+    /// The schedule fires no more: no next fire (past its `end_at`, or a one-shot or
+    /// cron expression that is exhausted).
+    #[serde(default)]
+    pub finished: bool,
     /// Creation time.
     pub created_at: String,
     /// Last change.
@@ -294,11 +319,21 @@ pub struct JobResponseSpec {
     pub overlap: OverlapPolicy,
     /// Paused.
     pub paused: bool,
+    /// No scheduled fire before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// No scheduled fire after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    /// Most delay added to each scheduled fire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
 }
 
 impl From<&Job> for JobResponse {
     fn from(job: &Job) -> Self {
         let s = &job.spec.settings;
+        let (start_at, end_at, jitter) = s.window.to_text();
         Self {
             id: job.id,
             spec: JobResponseSpec {
@@ -315,9 +350,13 @@ impl From<&Job> for JobResponse {
                 catch_up_limit: s.catch_up_limit,
                 overlap: s.overlap,
                 paused: job.spec.paused,
+                start_at,
+                end_at,
+                jitter,
             },
             version: job.version,
             next_fire_at: job.next_fire_at.map(timestamp),
+            finished: job.next_fire_at.is_none(),
             created_at: timestamp(job.created_at),
             updated_at: timestamp(job.updated_at),
         }

@@ -6,6 +6,8 @@ use crate::domain::{
     preview::{Preview, UpcomingFire},
     schedule::ScheduleSpec,
     timestamp::timestamp,
+    validation::FieldError,
+    window::Window,
 };
 
 /// `?count=N` of a job's preview.
@@ -26,15 +28,40 @@ pub struct SchedulePreviewRequest {
     /// How many fires, 1 to 100 (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
+    /// The job's `start_at`, as in a job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// The job's `end_at`, as in a job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    /// The job's `jitter`, as in a job (accepted and checked; an unsaved schedule's
+    /// fires show no jittered time: it derives from the job's id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
+}
+
+impl SchedulePreviewRequest {
+    /// The window fields, validated.
+    pub fn window(&self) -> Result<Window, FieldError> {
+        Window::parse(
+            self.start_at.as_deref(),
+            self.end_at.as_deref(),
+            self.jitter.as_deref(),
+        )
+    }
 }
 
 /// One upcoming fire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UpcomingFireResponse {
-    /// When, UTC.
+    /// When, UTC: the nominal fire time (the run's `fire_time`).
     pub at: String,
     /// The same instant in `timezone`, with its offset.
     pub local: String,
+    /// When the task is published, UTC: `at` plus the fire's jitter (a job with a
+    /// jitter only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due: Option<String>,
 }
 
 /// A preview's answer.
@@ -64,5 +91,6 @@ fn fire(fire: &UpcomingFire) -> UpcomingFireResponse {
     UpcomingFireResponse {
         at: timestamp(fire.at),
         local: fire.local.clone(),
+        due: fire.due.map(timestamp),
     }
 }

@@ -124,6 +124,12 @@ fn every_field_of_the_api_has_an_add_flag() {
         "1",
         "--overlap",
         "allow",
+        "--start-at",
+        "2030-01-01T00:00:00Z",
+        "--end-at",
+        "2030-02-01T00:00:00Z",
+        "--jitter",
+        "5s",
         "--paused",
     ])
     .unwrap();
@@ -166,6 +172,29 @@ fn timezone_goes_only_with_cron() {
     }
     let error = add(&["--timezone", "UTC"]).unwrap_err().to_string();
     assert!(error.contains("--timezone goes with --cron"), "{error}");
+}
+
+#[test]
+fn edit_sets_or_removes_the_window_and_jitter() {
+    let current = job(json!({
+        "name": "n", "target": {"group": "g"}, "schedule": {"every": "1m"},
+        "end_at": "2030-01-01T00:00:00Z", "jitter": "5s",
+    }));
+    assert_eq!(
+        edit(
+            &current,
+            &[
+                "--start-at",
+                "2029-01-01T00:00:00Z",
+                "--end-at",
+                "none",
+                "--jitter",
+                "none"
+            ]
+        )
+        .unwrap(),
+        json!({"start_at": "2029-01-01T00:00:00Z", "end_at": null, "jitter": null})
+    );
 }
 
 #[test]

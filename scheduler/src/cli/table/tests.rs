@@ -86,6 +86,16 @@ fn a_paused_job_lists_its_next_fire_as_paused() {
 }
 
 #[test]
+fn a_finished_job_lists_its_next_fire_as_finished() {
+    let mut done = job(json!({"group": "g"}));
+    done.next_fire_at = None;
+    done.finished = true;
+    let listed = jobs(std::slice::from_ref(&done));
+    let row = listed.lines().nth(1).unwrap();
+    assert!(row.trim_end().ends_with("finished"), "{listed}");
+}
+
+#[test]
 fn job_detail_shows_every_field() {
     let detail = job_detail(&job(json!({"group": "g"})));
     for key in [
@@ -98,6 +108,9 @@ fn job_detail_shows_every_field() {
         "misfire",
         "catch_up_limit",
         "overlap",
+        "start_at",
+        "end_at",
+        "jitter",
         "paused",
         "version",
     ] {

@@ -18,6 +18,7 @@ fn spec(schedule: ScheduleSpec) -> JobSpec {
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
+            window: Default::default(),
         },
     }
 }
@@ -141,4 +142,145 @@ fn payload_limit() {
     assert!(validate_payload_size(&big, 200).is_ok());
     assert!(validate_payload_text(&serde_json::json!({"k": ["a\u{0}b"]})).is_err());
     assert!(validate_payload_text(&serde_json::json!({"k": ["ab"]})).is_ok());
+}
+
+fn windowed(
+    schedule: ScheduleSpec,
+    start: Option<&str>,
+    end: Option<&str>,
+    jitter: Option<&str>,
+) -> JobSpec {
+    let mut spec = spec(schedule);
+    spec.settings.window = Window::parse(start, end, jitter).unwrap();
+    spec
+}
+
+#[test]
+fn window_settings_round_trip_through_json_at_the_top_level() {
+    let s = windowed(
+        every("30s"),
+        Some("2026-12-01T00:00:00Z"),
+        Some("2026-12-02T00:00:00Z"),
+        Some("30s"),
+    )
+    .settings;
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["start_at"], "2026-12-01T00:00:00Z");
+    assert_eq!(json["jitter"], "30s");
+    assert_eq!(serde_json::from_value::<JobSettings>(json).unwrap(), s);
+    // Documents stored before the window existed read as no window.
+    let mut old = serde_json::to_value(spec(every("30s")).settings).unwrap();
+    old.as_object_mut().unwrap().remove("start_at");
+    assert_eq!(
+        serde_json::from_value::<JobSettings>(old).unwrap().window,
+        Window::default()
+    );
+}
+
+#[test]
+fn a_job_fires_only_inside_its_window_and_then_finishes() {
+    let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+    let job = Job::new(
+        windowed(
+            every("10s"),
+            Some("2026-11-21T10:01:00Z"),
+            Some("2026-11-21T10:01:25Z"),
+            None,
+        ),
+        t0,
+    );
+    assert_eq!(
+        job.next_fire_at,
+        Some(t0 + Duration::seconds(60)),
+        "waits for the start"
+    );
+    let grace = Duration::seconds(5);
+    let live = LiveZones::default();
+    let until = t0 + Duration::seconds(90);
+    let now = t0 + Duration::seconds(60);
+    let fires = job.fires_due(now, until, grace, &live);
+    let times: Vec<_> = fires.runs.iter().map(|r| r.fire_time).collect();
+    assert_eq!(
+        times,
+        [60, 70, 80].map(|s| t0 + Duration::seconds(s)),
+        "nothing after end_at"
+    );
+    assert_eq!(fires.next_fire_at, None, "finished");
+    // After an outage past the end, fire_once picks the last point inside the window.
+    let late = job.fires_due(
+        t0 + Duration::hours(1),
+        t0 + Duration::hours(1),
+        grace,
+        &live,
+    );
+    assert!(late.misfired);
+    assert_eq!(
+        late.runs.iter().map(|r| r.fire_time).collect::<Vec<_>>(),
+        [t0 + Duration::seconds(80)]
+    );
+    assert_eq!(late.next_fire_at, None);
+}
+
+#[test]
+fn moving_the_window_recomputes_the_next_fire() {
+    let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+    let job = Job::new(spec(every("30s")), t0);
+    let later = t0 + Duration::seconds(10);
+    let ended = job.updated(
+        windowed(every("30s"), None, Some("2026-11-21T10:00:05Z"), None),
+        later,
+    );
+    assert_eq!(ended.next_fire_at, None, "past its end: finished");
+    assert!(reschedules(&job.spec, &ended.spec));
+    let reopened = ended.updated(
+        windowed(every("30s"), Some("2026-11-21T11:00:00Z"), None, None),
+        later,
+    );
+    assert_eq!(reopened.next_fire_at, Some(t0 + Duration::hours(1)));
+    // A jitter change alone moves nothing.
+    let jittered = reopened.updated(
+        windowed(every("30s"), Some("2026-11-21T11:00:00Z"), None, Some("5s")),
+        later,
+    );
+    assert!(!reschedules(&reopened.spec, &jittered.spec));
+    assert_eq!(jittered.next_fire_at, reopened.next_fire_at);
+}
+
+#[test]
+fn jittered_runs_keep_their_nominal_fire_time_and_are_due_later() {
+    let t0: DateTime<Utc> = "2026-11-21T10:00:00Z".parse().unwrap();
+    let job = Job::new(windowed(every("10s"), None, None, Some("30s")), t0);
+    let live = LiveZones::default();
+    let now = t0 + Duration::seconds(10);
+    let fires = job.fires_due(now, now, Duration::seconds(5), &live);
+    let run = &fires.runs[0];
+    assert_eq!(run.fire_time, now, "nominal");
+    assert_eq!(
+        run.id,
+        chime_consumer::protocol::run_id(job.id, now, 0),
+        "run ids stay deterministic"
+    );
+    let due = job.due_time(run.fire_time, RunTrigger::Schedule);
+    assert!(due >= now && due <= now + Duration::seconds(30));
+    assert_eq!(run.due_at, Some(due), "not overdue before it is due");
+    let task = job.due_task(run);
+    assert_eq!((task.due, task.fire_time), (due, now));
+    // A manual trigger is not jittered.
+    assert_eq!(job.due_time(now, RunTrigger::Manual), now);
+}
+
+#[test]
+fn window_validation_names_the_field() {
+    let mut s = windowed(every("30s"), None, None, None).settings;
+    s.window.start_at = Some("2026-12-02T00:00:00Z".parse().unwrap());
+    s.window.end_at = Some("2026-12-01T00:00:00Z".parse().unwrap());
+    assert_eq!(s.validate().unwrap_err().field, "end_at");
+    for (field, start, end, jitter) in [
+        ("start_at", Some("tomorrow"), None, None),
+        ("end_at", None, Some("2026-13-01T00:00:00Z"), None),
+        ("jitter", None, None, Some("soon")),
+        ("jitter", None, None, Some("2h")),
+    ] {
+        assert_eq!(Window::parse(start, end, jitter).unwrap_err().field, field);
+    }
 }
