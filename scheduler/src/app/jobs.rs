@@ -118,7 +118,9 @@ pub enum JobsError {
         current: i64,
     },
     /// A backfill with overlap `forbid` found the job with an unfinished run.
-    #[error("job {0} has an unfinished run; a backfill with overlap \"forbid\" waits until it finishes")]
+    #[error(
+        "job {0} has an unfinished run; a backfill with overlap \"forbid\" waits until it finishes"
+    )]
     Busy(Uuid),
     /// A zone job without its own zones has no zone with live consumers to fire in.
     #[error("no zone of group {group:?} has live consumers to run the fire")]

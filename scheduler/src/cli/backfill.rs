@@ -129,7 +129,10 @@ mod tests {
     fn the_summary_says_what_was_recorded_and_what_was_there() {
         let text = render(&answer(false));
         assert!(text.contains("24 fires"), "{text}");
-        assert!(text.contains("recorded 20 fires (20 runs), 4 already present"), "{text}");
+        assert!(
+            text.contains("recorded 20 fires (20 runs), 4 already present"),
+            "{text}"
+        );
         assert!(text.contains("10 a second"), "{text}");
         let dry = render(&answer(true));
         assert!(dry.contains("dry run: nothing recorded"), "{dry}");

@@ -250,8 +250,15 @@ mod tests {
         assert_eq!(times.first(), Some(&at("2026-11-21T09:56:00Z")));
         assert_eq!(times.len(), 3);
         assert_eq!(times.last(), Some(&at("2026-11-21T09:59:00Z")));
-        assert!(times.iter().all(|t| (next - *t).num_milliseconds() % 90_000 == 0));
-        assert!(times.iter().all(|t| *t < next), "the timer's fires are left");
+        assert!(
+            times
+                .iter()
+                .all(|t| (next - *t).num_milliseconds() % 90_000 == 0)
+        );
+        assert!(
+            times.iter().all(|t| *t < next),
+            "the timer's fires are left"
+        );
 
         // A paused job's past next fire does not cut the range.
         let paused = fire_times(
@@ -277,7 +284,11 @@ mod tests {
             [at("2026-11-21T10:00:00Z")]
         );
         let after = request("2026-11-21T10:00:01Z", "2026-11-22T00:00:00Z");
-        assert!(fire_times(&once, None, false, &after, 10).unwrap().is_empty());
+        assert!(
+            fire_times(&once, None, false, &after, 10)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -313,11 +324,30 @@ mod tests {
             ("2026-11-02T00:00:00Z", "2026-11-01T00:00:00Z", None, "to"),
             ("2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z", None, "to"),
             ("2026-11-01T00:00:00Z", "2026-12-02T00:00:00Z", None, "to"),
-            ("2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", Some(0.0), "rate"),
-            ("2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", Some(1e6), "rate"),
-            ("2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", Some(f64::NAN), "rate"),
+            (
+                "2026-11-01T00:00:00Z",
+                "2026-11-02T00:00:00Z",
+                Some(0.0),
+                "rate",
+            ),
+            (
+                "2026-11-01T00:00:00Z",
+                "2026-11-02T00:00:00Z",
+                Some(1e6),
+                "rate",
+            ),
+            (
+                "2026-11-01T00:00:00Z",
+                "2026-11-02T00:00:00Z",
+                Some(f64::NAN),
+                "rate",
+            ),
         ] {
-            assert_eq!(check(from, to, rate).unwrap_err().field, field, "{from} {to}");
+            assert_eq!(
+                check(from, to, rate).unwrap_err().field,
+                field,
+                "{from} {to}"
+            );
         }
     }
 

@@ -52,7 +52,11 @@ async fn a_range_is_recorded_once_and_a_repeat_or_overlap_counts_what_was_there(
     let again = backfill(&app, &job, range).await;
     assert_eq!(again.status, StatusCode::ACCEPTED, "{}", again.body);
     assert_eq!(
-        (&again.body["fires"], &again.body["recorded"], &again.body["present"]),
+        (
+            &again.body["fires"],
+            &again.body["recorded"],
+            &again.body["present"]
+        ),
         (&json!(5), &json!(0), &json!(5))
     );
     assert_eq!(again.body["last_due_at"], Value::Null);
@@ -71,7 +75,11 @@ async fn a_range_is_recorded_once_and_a_repeat_or_overlap_counts_what_was_there(
     assert_eq!(dry.body["dry_run"], true);
     assert_eq!(dry.body["fires"], 5);
     assert_eq!(dry.body["recorded"], 0);
-    assert_eq!(runs_of(&app, &job).await.len(), 5, "a dry run records nothing");
+    assert_eq!(
+        runs_of(&app, &job).await.len(),
+        5,
+        "a dry run records nothing"
+    );
     let overlap = backfill(&app, &job, overlapping).await;
     assert_eq!(overlap.status, StatusCode::ACCEPTED, "{}", overlap.body);
     assert_eq!(overlap.body["fires"], 5);
@@ -110,8 +118,14 @@ async fn refusals_name_their_field_and_record_nothing() {
             "to",
         ),
         (json!({"from": past(2), "to": past(1), "rate": 0}), "rate"),
-        (json!({"from": past(2), "to": past(1), "rate": 5000}), "rate"),
-        (json!({"from": past(2), "to": past(1), "rate": "fast"}), "rate"),
+        (
+            json!({"from": past(2), "to": past(1), "rate": 5000}),
+            "rate",
+        ),
+        (
+            json!({"from": past(2), "to": past(1), "rate": "fast"}),
+            "rate",
+        ),
         (
             json!({"from": past(2), "to": past(1), "overlap": "sometimes"}),
             "overlap",
@@ -127,7 +141,12 @@ async fn refusals_name_their_field_and_record_nothing() {
     assert!(runs_of(&app, &job).await.is_empty());
 
     // Within the limit is fine.
-    let fine = backfill(&app, &job, json!({"from": past(150), "to": past(10), "dry_run": true})).await;
+    let fine = backfill(
+        &app,
+        &job,
+        json!({"from": past(150), "to": past(10), "dry_run": true}),
+    )
+    .await;
     assert_eq!(fine.status, StatusCode::OK, "{}", fine.body);
     assert_eq!(fine.body["fires"], 8400);
 
@@ -162,10 +181,14 @@ async fn overlap_forbid_backfills_an_idle_job_only() {
     busy.assert_error(StatusCode::CONFLICT, "job_busy");
     assert_eq!(busy.field(), Some("overlap"));
     assert_eq!(runs_of(&app, &job).await.len(), 2, "nothing recorded");
-    let allowed = backfill(&app, &job, json!({
-        "from": stamp(now - Duration::minutes(400)),
-        "to": stamp(now - Duration::minutes(200)),
-    }))
+    let allowed = backfill(
+        &app,
+        &job,
+        json!({
+            "from": stamp(now - Duration::minutes(400)),
+            "to": stamp(now - Duration::minutes(200)),
+        }),
+    )
     .await;
     assert_eq!(allowed.status, StatusCode::ACCEPTED, "{}", allowed.body);
     assert_eq!(allowed.body["recorded"], 3);

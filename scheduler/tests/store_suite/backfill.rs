@@ -87,10 +87,20 @@ pub(super) async fn a_backfill_asking_for_an_idle_job_records_nothing_while_it_i
     store.insert_job(&job).await.unwrap();
     let times: Vec<_> = (1..=3).map(|s| now - Duration::seconds(s)).collect();
     let runs = backfilled(&job, &times, now);
-    let first = store.insert_backfill(job.id, &runs[..1], true).await.unwrap();
-    assert_eq!(first.map(|ids| ids.len()), Some(1), "an idle job is backfilled");
+    let first = store
+        .insert_backfill(job.id, &runs[..1], true)
+        .await
+        .unwrap();
+    assert_eq!(
+        first.map(|ids| ids.len()),
+        Some(1),
+        "an idle job is backfilled"
+    );
     // Its backfilled run is unfinished: the next idle-only backfill gets nothing.
-    assert_eq!(store.insert_backfill(job.id, &runs, true).await.unwrap(), None);
+    assert_eq!(
+        store.insert_backfill(job.id, &runs, true).await.unwrap(),
+        None
+    );
     assert!(store.get_run(runs[1].id).await.unwrap().is_none());
     // Without the condition the rest is recorded.
     let rest = store.insert_backfill(job.id, &runs, false).await.unwrap();
