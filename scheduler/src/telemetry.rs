@@ -28,7 +28,7 @@ impl LogFormat {
     }
 }
 
-/// Fires recorded, by `trigger` (`schedule`, `manual`).
+/// Fires recorded, by `trigger` (`schedule`, `manual`, `backfill`).
 pub const FIRES: &str = "chime_fires_total";
 /// The timer's fire transactions; fires per transaction is `chime_fires_total` over
 /// this.

@@ -52,6 +52,8 @@ pub enum ErrorCode {
     DuplicateName,
     /// The job changed since the version the client named.
     VersionConflict,
+    /// A backfill with overlap `forbid` found the job with an unfinished run.
+    JobBusy,
     /// A dependency (the database) is unavailable; retry later.
     Unavailable,
     /// A bug or an unexpected failure.
@@ -74,7 +76,9 @@ impl ErrorCode {
             ErrorCode::Forbidden | ErrorCode::QuotaExceeded => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::DuplicateName | ErrorCode::VersionConflict => StatusCode::CONFLICT,
+            ErrorCode::DuplicateName | ErrorCode::VersionConflict | ErrorCode::JobBusy => {
+                StatusCode::CONFLICT
+            }
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -231,6 +235,7 @@ impl From<JobsError> for ApiError {
                 format!("the job is at version {current}, not {expected}: read it again and retry"),
             ),
             JobsError::NoLiveZone { .. } => Self::new(ErrorCode::Unavailable, e.to_string()),
+            JobsError::Busy(_) => Self::field(ErrorCode::JobBusy, "overlap", e.to_string()),
             // Logged where the change failed.
             JobsError::ChangeFailed(_) => Self::internal(),
             JobsError::Store(e) => e.into(),

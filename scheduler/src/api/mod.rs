@@ -5,6 +5,7 @@
 
 mod audit;
 pub mod auth;
+mod backfill;
 mod batch;
 pub mod body;
 pub mod cluster;
@@ -46,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/pause", post(jobs::pause))
         .route("/v1/jobs/{id}/resume", post(jobs::resume))
         .route("/v1/jobs/{id}/trigger", post(jobs::trigger))
+        .route("/v1/jobs/{id}/backfill", post(backfill::backfill))
         .route("/v1/jobs/{id}/runs", get(runs::list))
         .route("/v1/jobs/{id}/preview", get(preview::job))
         .route("/v1/schedules/preview", post(preview::schedule))

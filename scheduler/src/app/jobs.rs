@@ -117,6 +117,11 @@ pub enum JobsError {
         /// The stored version.
         current: i64,
     },
+    /// A backfill with overlap `forbid` found the job with an unfinished run.
+    #[error(
+        "job {0} has an unfinished run; a backfill with overlap \"forbid\" waits until it finishes"
+    )]
+    Busy(Uuid),
     /// A zone job without its own zones has no zone with live consumers to fire in.
     #[error("no zone of group {group:?} has live consumers to run the fire")]
     NoLiveZone {
@@ -200,11 +205,11 @@ fn duplicate(spec: &JobSpec) -> JobsError {
 
 /// The operations on jobs. Cheap to share.
 pub struct Jobs {
-    store: Arc<dyn Store>,
-    /// This node's id, stamped as `fired_by` on manually triggered runs.
-    node: String,
+    pub(super) store: Arc<dyn Store>,
+    /// This node's id, stamped as `fired_by` on manually triggered and backfilled runs.
+    pub(super) node: String,
     timer: TimerHandle,
-    dispatch: DispatchHandle,
+    pub(super) dispatch: DispatchHandle,
     declarer: GroupDeclarer,
     /// Targets (group, zones) this node declared lately: a create or change for one of
     /// them declares nothing again (see `declare_target`).
@@ -319,7 +324,12 @@ impl Jobs {
     }
 
     /// Job `id`, if `caller` may perform `action` on its app.
-    async fn job_for(&self, caller: &Caller, action: Action, id: Uuid) -> Result<Job, JobsError> {
+    pub(super) async fn job_for(
+        &self,
+        caller: &Caller,
+        action: Action,
+        id: Uuid,
+    ) -> Result<Job, JobsError> {
         caller.check(action, None)?;
         let job = self
             .store

@@ -9,6 +9,7 @@
 //! API maps each error to its error code once, in `api/error.rs`.
 
 pub mod audit;
+pub mod backfill;
 pub mod consumers;
 pub mod jobs;
 pub mod node;
@@ -17,6 +18,7 @@ pub mod runs;
 pub mod tokens;
 
 pub use audit::{Audit, AuditError};
+pub use backfill::Backfill;
 pub use consumers::{Consumers, ConsumersError, ConsumersQuery};
 pub use jobs::{Jobs, JobsError};
 pub use node::{ClusterStatus, Node, NodeError, NodeStatus, Readiness};

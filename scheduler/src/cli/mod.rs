@@ -3,6 +3,7 @@
 //! answers go through an injected [`Terminal`], so tests can run them.
 
 mod audit;
+mod backfill;
 mod client;
 mod consumers;
 mod dlq;
@@ -166,6 +167,8 @@ pub enum JobCommand {
         /// The job.
         job: String,
     },
+    /// Record a job's past fires in a range and dispatch them at a bounded rate.
+    Backfill(backfill::BackfillArgs),
 }
 
 /// `chimectl audit ...`.
@@ -298,6 +301,7 @@ async fn job(
             let id = client.resolve_job(&job).await?;
             preview::next(client, id, count, json, out).await
         }
+        JobCommand::Backfill(args) => backfill::backfill(client, &args, json, out).await,
         JobCommand::Trigger { job } => {
             let id = client.resolve_job(&job).await?;
             let run: RunResponse = client.post(&format!("/v1/jobs/{id}/trigger"), None).await?;

@@ -19,8 +19,8 @@ use std::fmt;
 pub enum Role {
     /// Read jobs, runs, the cluster and dead-letter queues of its apps.
     Reader,
-    /// A reader that also creates, changes, deletes, pauses, resumes and triggers jobs,
-    /// and replays one job's dead letters, within its apps.
+    /// A reader that also creates, changes, deletes, pauses, resumes, triggers and
+    /// backfills jobs, and replays one job's dead letters, within its apps.
     Operator,
     /// Everything, on every app: tokens, whole-queue replays and purges included.
     Admin,
@@ -100,7 +100,7 @@ pub enum Action {
     ReadJobs,
     /// Create, change, delete, pause or resume jobs.
     ChangeJobs,
-    /// Fire a job now.
+    /// Fire a job now, or record its past fires (a backfill).
     TriggerJobs,
     /// Read the cluster's nodes and shards.
     ReadCluster,

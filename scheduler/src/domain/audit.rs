@@ -20,6 +20,8 @@ pub mod actions {
     pub const JOB_RESUME: &str = "job.resume";
     /// A job was fired by hand.
     pub const JOB_TRIGGER: &str = "job.trigger";
+    /// Past fires of a job were backfilled.
+    pub const JOB_BACKFILL: &str = "job.backfill";
     /// Dead letters were replayed.
     pub const DLQ_REPLAY: &str = "dlq.replay";
     /// A dead-letter queue was purged.

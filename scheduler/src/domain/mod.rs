@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod backfill;
 pub mod behind;
 pub mod broadcast;
 pub mod cron_schedule;

@@ -163,6 +163,9 @@ pub enum RunTrigger {
     Schedule,
     /// `POST /v1/jobs/{id}/trigger`.
     Manual,
+    /// `POST /v1/jobs/{id}/backfill`: a past fire of the schedule, with the same run id
+    /// as the scheduled fire it stands for.
+    Backfill,
 }
 
 impl RunTrigger {
@@ -171,6 +174,7 @@ impl RunTrigger {
         match self {
             RunTrigger::Schedule => "schedule",
             RunTrigger::Manual => "manual",
+            RunTrigger::Backfill => "backfill",
         }
     }
 
@@ -179,6 +183,7 @@ impl RunTrigger {
         match name {
             "schedule" => Some(RunTrigger::Schedule),
             "manual" => Some(RunTrigger::Manual),
+            "backfill" => Some(RunTrigger::Backfill),
             _ => None,
         }
     }
@@ -340,6 +345,8 @@ mod tests {
             a.id, b.id,
             "a trigger in the same millisecond is a fire of its own"
         );
+        let c = Run::new(job, t, RunTrigger::Backfill, Value::Null, t);
+        assert_eq!(a.id, c.id, "a backfilled fire is the scheduled fire");
         assert_eq!(a.fire_time.timestamp_subsec_micros(), 123_000);
     }
 
@@ -356,6 +363,9 @@ mod tests {
             assert_eq!(RunState::parse(s).unwrap().as_str(), s);
         }
         assert_eq!(RunState::parse("bogus"), None);
+        for t in ["schedule", "manual", "backfill"] {
+            assert_eq!(RunTrigger::parse(t).unwrap().as_str(), t);
+        }
     }
 
     #[test]

@@ -69,6 +69,15 @@ macro_rules! route_store {
                 fire::insert_run(&self.$writes, run).await
             }
 
+            async fn insert_backfill(
+                &self,
+                job_id: ::uuid::Uuid,
+                runs: &[$crate::domain::Run],
+                require_idle: bool,
+            ) -> Result<Option<::std::collections::HashSet<::uuid::Uuid>>, $crate::store::StoreError> {
+                fire::insert_backfill(&self.$writes, job_id, runs, require_idle).await
+            }
+
             async fn mark_dispatched(
                 &self,
                 run_ids: &[::uuid::Uuid],

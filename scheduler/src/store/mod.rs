@@ -194,6 +194,17 @@ pub trait Store: Send + Sync + 'static {
     /// Records one run (a manual trigger); false if a run with its id exists.
     async fn insert_run(&self, run: &Run) -> Result<bool, StoreError>;
 
+    /// In one transaction: records backfilled `runs` of job `job_id` (a run id already
+    /// recorded is left as it is) and returns the ids of those that were new; `None`,
+    /// recording nothing, when `require_idle` and the job has an unfinished run. Fails
+    /// with [`StoreError::JobNotFound`] when the job is gone.
+    async fn insert_backfill(
+        &self,
+        job_id: Uuid,
+        runs: &[Run],
+        require_idle: bool,
+    ) -> Result<Option<HashSet<Uuid>>, StoreError>;
+
     /// Marks runs `dispatched` at `at` (only runs still `scheduled`); each must be acked
     /// within its ack timeout.
     async fn mark_dispatched(&self, run_ids: &[Uuid], at: DateTime<Utc>) -> Result<(), StoreError>;

@@ -184,6 +184,12 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
                 None,
                 Needs::OperateA,
             ),
+            (
+                Method::POST,
+                format!("/v1/jobs/{job}/backfill"),
+                Some(json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T03:00:00Z"})),
+                Needs::OperateA,
+            ),
             (Method::GET, "/v1/cluster".into(), None, Needs::AnyRole),
             // The audit trail: every role reads it, filtered to its apps; asking for an
             // app or a job's versions outside them is refused.
@@ -257,7 +263,7 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 29);
+    assert_eq!(checked, 5 * 30);
 }
 
 #[tokio::test]

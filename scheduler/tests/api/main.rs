@@ -6,6 +6,7 @@
 
 mod access;
 mod audit;
+mod backfill;
 mod batch;
 mod cluster_health;
 mod consumers;

@@ -37,6 +37,7 @@ const CODES: &[(&str, u16)] = &[
     ("method_not_allowed", 405),
     ("duplicate_name", 409),
     ("version_conflict", 409),
+    ("job_busy", 409),
     ("unavailable", 503),
 ];
 
@@ -59,6 +60,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/jobs"),
     ("PATCH", "/v1/jobs/{id}"),
     ("POST", "/v1/jobs/{id}/trigger"),
+    ("POST", "/v1/jobs/{id}/backfill"),
     ("GET", "/v1/jobs"),
     ("GET", "/v1/jobs/{id}"),
     ("PATCH", "/v1/jobs/{id}"),
@@ -99,7 +101,7 @@ const JOB_FIELDS: &[&str] = &[
 /// Other field names of the API's bodies, used as object keys.
 const OTHER_KEYS: &[&str] = &[
     "cron", "every", "at", "timezone", "group", "mode", "zones", "shards", "version", "job",
-    "limit", "initial", "max",
+    "limit", "initial", "max", "from", "to", "rate", "dry_run",
 ];
 
 /// Percent-encodes every byte outside the unreserved set.

@@ -4,6 +4,7 @@
 
 mod api_fuzz;
 mod at_least_once;
+mod backfill;
 mod bad_input;
 mod bench;
 mod cli;

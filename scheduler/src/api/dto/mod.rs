@@ -1,5 +1,5 @@
 //! The HTTP API's wire types: what clients send and what `chimed` answers, by resource
-//! ([`job`], [`batch`], [`run`], [`run_search`], [`page`], [`preview`], [`cluster`], [`consumer`], [`dlq`],
+//! ([`job`], [`batch`], [`backfill`], [`run`], [`run_search`], [`page`], [`preview`], [`cluster`], [`consumer`], [`dlq`],
 //! [`token`]), and [`RequestError`], what parsing
 //! them refuses.
 //!
@@ -9,6 +9,7 @@
 //! `api/error.rs`; keep server types (`ApiError`, the store, the services) out of dto.
 
 pub mod audit;
+pub mod backfill;
 pub mod batch;
 pub mod cluster;
 pub mod consumer;
@@ -22,6 +23,7 @@ pub mod run_search;
 pub mod token;
 
 pub use audit::{AuditEntryResponse, AuditListQuery};
+pub use backfill::{BackfillRequestBody, BackfillResponse};
 pub use batch::{BatchItemError, BatchRefusal, JobBatchRequest, JobBatchResponse};
 pub use cluster::{ClusterResponse, NodeResponse};
 pub use consumer::{ConsumerGroupResponse, ConsumerResponse, ConsumersQuery, ConsumersResponse};

@@ -223,6 +223,50 @@ pub(super) async fn fire(
     Ok(plan.into_batch(&inserted, fenced))
 }
 
+/// See [`crate::store::Store::insert_backfill`]. The job row is locked `FOR KEY SHARE`
+/// (as a fire locks it), so a delete waits and two `forbid` backfills of one job are
+/// checked one after the other.
+pub(super) async fn insert_backfill(
+    pool: &PgPool,
+    job_id: Uuid,
+    runs: &[Run],
+    require_idle: bool,
+) -> Result<Option<HashSet<Uuid>>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let lock = if require_idle {
+        "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE"
+    } else {
+        "SELECT 1 FROM jobs WHERE id = $1 FOR KEY SHARE"
+    };
+    let exists: Option<i32> = sqlx::query_scalar(lock)
+        .bind(job_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if exists.is_none() {
+        return Err(StoreError::JobNotFound(job_id));
+    }
+    if require_idle {
+        let busy: Option<i32> = sqlx::query_scalar(concat!(
+            "SELECT 1 FROM runs WHERE job_id = $1 AND ",
+            unfinished_runs!(),
+            " LIMIT 1"
+        ))
+        .bind(job_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if busy.is_some() {
+            return Ok(None);
+        }
+    }
+    let mut columns = RunColumns::default();
+    for run in runs {
+        columns.push(run);
+    }
+    let inserted: HashSet<Uuid> = columns.insert(&mut tx).await?.into_iter().collect();
+    tx.commit().await?;
+    Ok(Some(inserted))
+}
+
 pub(super) async fn insert_run(pool: &PgPool, run: &Run) -> Result<bool, StoreError> {
     let mut columns = RunColumns::default();
     columns.push(run);

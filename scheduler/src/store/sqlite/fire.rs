@@ -168,6 +168,40 @@ pub(super) async fn fire(
     Ok(plan.into_batch(&inserted, Vec::new()))
 }
 
+/// See [`crate::store::Store::insert_backfill`].
+pub(super) async fn insert_backfill(
+    writer: &SqlitePool,
+    job_id: Uuid,
+    runs: &[Run],
+    require_idle: bool,
+) -> Result<Option<HashSet<Uuid>>, StoreError> {
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let job = job_id.to_string();
+    let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM jobs WHERE id = ?")
+        .bind(&job)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if exists.is_none() {
+        return Err(StoreError::JobNotFound(job_id));
+    }
+    if require_idle {
+        let busy: Option<i64> = sqlx::query_scalar(concat!(
+            "SELECT 1 FROM runs WHERE job_id = ? AND ",
+            unfinished_runs!(),
+            " LIMIT 1"
+        ))
+        .bind(&job)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if busy.is_some() {
+            return Ok(None);
+        }
+    }
+    let inserted = insert_runs(&mut tx, &runs.iter().collect::<Vec<_>>()).await?;
+    tx.commit().await?;
+    Ok(Some(inserted))
+}
+
 pub(super) async fn insert_run(writer: &SqlitePool, run: &Run) -> Result<bool, StoreError> {
     let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
     let inserted = insert_runs(&mut tx, &[run]).await?;
