@@ -82,7 +82,7 @@ impl Jobs {
             &job.spec.settings.schedule,
             job.next_fire_at,
             job.spec.paused,
-            &request,
+            &backfill::within_window(&request, &job.spec.settings.window),
             backfill::max_fires(items),
         )?;
         let mut outcome = Backfill {
@@ -126,7 +126,7 @@ impl Jobs {
             outcome.runs += 1;
             outcome.last_due_at = outcome.last_due_at.max(run.due_at);
             if backfill::dispatch_at_once(*k, request.rate) {
-                at_once.push(job.task_message(run));
+                at_once.push(job.due_task(run));
             }
         }
         outcome.recorded = fired.iter().filter(|f| **f).count();

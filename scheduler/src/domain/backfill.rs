@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     schedule::{Schedule, truncate_ms},
     validation::FieldError,
+    window::Window,
 };
 
 /// Most runs (fire times times the job's items per fire) one backfill records.
@@ -146,6 +147,21 @@ pub fn fire_times(
     Ok(points)
 }
 
+/// The part of `request`'s range inside the job's `start_at`/`end_at` window: a
+/// backfill records only fires the schedule could have made, so none outside it (an
+/// empty range when they do not meet).
+pub fn within_window(request: &BackfillRequest, window: &Window) -> BackfillRequest {
+    let mut clamped = *request;
+    if let Some(start) = window.start_at {
+        clamped.from = clamped.from.max(start);
+    }
+    if let Some(end) = window.end_at {
+        // `end_at` is inclusive, `to` exclusive.
+        clamped.to = clamped.to.min(end + Duration::milliseconds(1));
+    }
+    clamped
+}
+
 /// A point of `schedule` at or before `lo`, from which [`Schedule::points_between`]
 /// counts: an interval's points lie on the grid of the job's next fire; a cron
 /// expression or an instant has no grid, so any instant before `lo` does.
@@ -185,6 +201,34 @@ pub fn dispatch_at_once(k: usize, rate: f64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backfill_keeps_inside_the_jobs_window() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let request = BackfillRequest {
+            from: at("2026-01-01T00:00:00Z"),
+            to: at("2026-01-01T01:00:00Z"),
+            rate: DEFAULT_RATE,
+            overlap: BackfillOverlap::Allow,
+        };
+        let window = Window {
+            start_at: Some(at("2026-01-01T00:10:00Z")),
+            end_at: Some(at("2026-01-01T00:20:00Z")),
+            jitter: None,
+        };
+        let clamped = within_window(&request, &window);
+        assert_eq!(clamped.from, at("2026-01-01T00:10:00Z"));
+        assert_eq!(clamped.to, at("2026-01-01T00:20:00.001Z"));
+        let every = Schedule::from_spec(&ScheduleSpec {
+            every: Some("5m".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let times = fire_times(&every, None, false, &clamped, 100).unwrap();
+        assert!(!times.is_empty());
+        assert!(times.iter().all(|t| window.contains(*t)), "{times:?}");
+        assert_eq!(within_window(&request, &Window::default()), request);
+    }
     use crate::domain::schedule::ScheduleSpec;
 
     fn at(s: &str) -> DateTime<Utc> {

@@ -550,11 +550,12 @@ impl Job {
 
     /// When a first attempt of this job's fire at nominal `fire_time` is published: with
     /// [`RunTrigger::Schedule`], `fire_time` plus the fire's jitter
-    /// ([`Window::jitter_offset`]); a manual trigger is never jittered.
+    /// ([`Window::jitter_offset`]); a manual or backfilled fire is never jittered.
     pub fn due_time(&self, fire_time: DateTime<Utc>, trigger: RunTrigger) -> DateTime<Utc> {
         match trigger {
             RunTrigger::Schedule => self.spec.settings.window.due_time(self.id, fire_time),
-            RunTrigger::Manual => fire_time,
+            // An operator's fire goes now; a backfill's fires are spread by its rate.
+            RunTrigger::Manual | RunTrigger::Backfill => fire_time,
         }
     }
 
