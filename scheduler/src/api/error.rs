@@ -12,7 +12,10 @@ use tracing::error;
 
 use super::dto::RequestError;
 use crate::{
-    app::{AuditError, AuthError, ConsumersError, JobsError, NodeError, RunsError, TokensError},
+    app::{
+        AuditError, AuthError, CancelError, ConsumersError, JobsError, NodeError, RunsError,
+        TokensError,
+    },
     dlq::DlqError,
     domain::{FieldError, access::Denied},
     store::StoreError,
@@ -52,6 +55,9 @@ pub enum ErrorCode {
     DuplicateName,
     /// The job changed since the version the client named.
     VersionConflict,
+    /// The run already finished (`succeeded`, `dead` or `cancelled`): it cannot be
+    /// cancelled.
+    RunFinished,
     /// A dependency (the database) is unavailable; retry later.
     Unavailable,
     /// A bug or an unexpected failure.
@@ -74,7 +80,9 @@ impl ErrorCode {
             ErrorCode::Forbidden | ErrorCode::QuotaExceeded => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::DuplicateName | ErrorCode::VersionConflict => StatusCode::CONFLICT,
+            ErrorCode::DuplicateName | ErrorCode::VersionConflict | ErrorCode::RunFinished => {
+                StatusCode::CONFLICT
+            }
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -233,6 +241,19 @@ impl From<JobsError> for ApiError {
             // Logged where the change failed.
             JobsError::ChangeFailed(_) => Self::internal(),
             JobsError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<CancelError> for ApiError {
+    fn from(e: CancelError) -> Self {
+        match e {
+            CancelError::RunNotFound(id) => Self::run_not_found(&id.to_string()),
+            CancelError::Finished(refused) => {
+                Self::new(ErrorCode::RunFinished, refused.to_string())
+            }
+            CancelError::Denied(denied) => denied.into(),
+            CancelError::Store(e) => e.into(),
         }
     }
 }

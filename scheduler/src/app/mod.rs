@@ -1,4 +1,5 @@
-//! The application layer: the operations on jobs ([`Jobs`]), runs ([`Runs`]), the
+//! The application layer: the operations on jobs ([`Jobs`]), runs ([`Runs`],
+//! [`Cancellations`]), the
 //! consumers' view ([`Consumers`]) and this node's view ([`Node`]) that the edges call — the HTTP API today, and through it
 //! `chimectl` and the console. Each service owns its operation from end to end (the
 //! store writes, telling the timer and dispatcher, declaring queues), so a rule about it
@@ -9,6 +10,7 @@
 //! API maps each error to its error code once, in `api/error.rs`.
 
 pub mod audit;
+pub mod cancel;
 pub mod consumers;
 pub mod jobs;
 pub mod node;
@@ -16,6 +18,7 @@ pub mod runs;
 pub mod tokens;
 
 pub use audit::{Audit, AuditError};
+pub use cancel::{CancelError, Cancellations, Cancelled};
 pub use consumers::{Consumers, ConsumersError, ConsumersQuery};
 pub use jobs::{Jobs, JobsError};
 pub use node::{ClusterStatus, Node, NodeError, NodeStatus, Readiness};

@@ -102,6 +102,8 @@ pub enum Action {
     ChangeJobs,
     /// Fire a job now.
     TriggerJobs,
+    /// Cancel a run that has not finished.
+    CancelRuns,
     /// Read the cluster's nodes and shards.
     ReadCluster,
     /// Read the consumer instances and groups (of the groups its apps' jobs target).
@@ -128,9 +130,10 @@ impl Action {
             Action::ReadJobs | Action::ReadCluster | Action::ReadDeadLetters => Role::Reader,
             Action::ReadConsumers => Role::Reader,
             Action::ReadMetrics => Role::Reader,
-            Action::ChangeJobs | Action::TriggerJobs | Action::ReplayJobDeadLetters => {
-                Role::Operator
-            }
+            Action::ChangeJobs
+            | Action::TriggerJobs
+            | Action::CancelRuns
+            | Action::ReplayJobDeadLetters => Role::Operator,
             Action::ReplayQueue | Action::PurgeQueue | Action::ManageTokens => Role::Admin,
         }
     }
@@ -141,6 +144,7 @@ impl Action {
             Action::ReadJobs => "read jobs and runs",
             Action::ChangeJobs => "change jobs",
             Action::TriggerJobs => "trigger jobs",
+            Action::CancelRuns => "cancel runs",
             Action::ReadCluster => "read the cluster",
             Action::ReadConsumers => "read consumers",
             Action::ReadDeadLetters => "read dead-letter queues",

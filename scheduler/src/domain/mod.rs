@@ -5,6 +5,7 @@ pub mod access;
 pub mod audit;
 pub mod behind;
 pub mod broadcast;
+pub mod cancel;
 pub mod cron_schedule;
 pub mod duration;
 pub mod fire_state;
