@@ -7,6 +7,7 @@
 mod access;
 mod audit;
 mod batch;
+mod cancel;
 mod cluster_health;
 mod consumers;
 mod dlq;

@@ -1,10 +1,11 @@
 //! One store test suite, run against both backends: every case gets a fresh SQLite file
 //! and a fresh PostgreSQL database (PostgreSQL must be running: deploy/local/postgres.sh).
 //! The test bodies are generic over the store and live in one file per concern
-//! (jobs, import, due, fire, overlap, runs, replies, reconcile, presence, retention); this file
+//! (jobs, import, due, fire, overlap, runs, cancel, replies, reconcile, presence, retention); this file
 //! holds the shared fixtures and the macro that runs every body on both backends.
 
 mod audit;
+mod cancel;
 mod due;
 mod fire;
 mod import;
@@ -271,6 +272,8 @@ store_suite!(
         replies::broadcast_replies_are_kept_per_instance,
         jobs::target_groups_lists_each_group_once,
         runs::notes_are_appended_to_a_runs_history_up_to_a_bound,
+        cancel::a_cancelled_run_is_final,
+        cancel::a_cancelled_scheduled_run_is_never_published,
     ]
 );
 
