@@ -128,15 +128,7 @@ pub(crate) struct Reader<'a> {
     pub(crate) scheduler_user: Option<&'a str>,
 }
 
-impl<'a> Reader<'a> {
-    /// The reader of `shared`'s consumer.
-    pub(crate) fn of(shared: &'a super::shared::Shared) -> Self {
-        Self {
-            book: &shared.cancels,
-            scheduler_user: shared.settings.scheduler_user.as_deref(),
-        }
-    }
-
+impl Reader<'_> {
     fn take(&self, delivery: &Delivery) {
         if let Some(expected) = self.scheduler_user {
             let user = delivery.properties.user_id().as_ref().map(|u| u.as_str());

@@ -243,13 +243,21 @@ async fn follow_cancels(
     else {
         return Ok(None);
     };
-    if !cancels::catch_up(&mut consumer, &cancels::Reader::of(shared)).await {
+    if !cancels::catch_up(&mut consumer, &cancel_reader(shared)).await {
         warn!("the cancel notices' consumer ended while catching up");
         return Ok(Some(channel));
     }
     let shared = shared.clone();
-    tokio::spawn(async move { cancels::read(consumer, cancels::Reader::of(&shared)).await });
+    tokio::spawn(async move { cancels::read(consumer, cancel_reader(&shared)).await });
     Ok(Some(channel))
+}
+
+/// Where `shared`'s cancel notices go, and whose notices count.
+fn cancel_reader(shared: &Shared) -> cancels::Reader<'_> {
+    cancels::Reader {
+        book: &shared.cancels,
+        scheduler_user: shared.settings.scheduler_user.as_deref(),
+    }
 }
 
 /// Declares every queue this instance consumes and returns their names: the group's work
