@@ -233,16 +233,24 @@ impl Session {
 
 /// Subscribes to the cancel notices, reads what the stream holds, and follows it for the
 /// rest of the session in a task of its own. Returns the notices' channel (None when
-/// chimed declared no stream).
+/// chimed declared no stream or the broker refused this user the stream).
 async fn follow_cancels(
     connection: &Connection,
     shared: &Arc<Shared>,
 ) -> Result<Option<Channel>, lapin::Error> {
-    let Some((channel, mut consumer)) =
-        cancels::subscribe(connection, &shared.settings.instance).await?
-    else {
-        return Ok(None);
-    };
+    let (channel, mut consumer) =
+        match cancels::subscribe(connection, &shared.settings.instance).await {
+            Ok(Some(subscribed)) => subscribed,
+            Ok(None) => return Ok(None),
+            // Refused (no read permission on the stream): only its own channel closed, and
+            // the consumer works as before, without notices. A broken connection fails the
+            // next step of opening the session anyway.
+            Err(error) => {
+                warn!(%error, queue = crate::protocol::topology::CANCEL_NOTICES,
+                "cannot read the cancel notices; cancelled runs' tasks will run here");
+                return Ok(None);
+            }
+        };
     if !cancels::catch_up(&mut consumer, &cancel_reader(shared)).await {
         warn!("the cancel notices' consumer ended while catching up");
         return Ok(Some(channel));
