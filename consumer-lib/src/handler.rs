@@ -112,6 +112,7 @@ pub struct TaskContext {
     consumer: String,
     publisher: Option<String>,
     progress: Option<ProgressSink>,
+    cancel: tokio_util::sync::CancellationToken,
 }
 
 impl TaskContext {
@@ -122,7 +123,41 @@ impl TaskContext {
             consumer: consumer.into(),
             publisher: None,
             progress: None,
+            cancel: tokio_util::sync::CancellationToken::new(),
         }
+    }
+
+    /// Connects the context to its run's cancellation: `token` fires when the run is
+    /// cancelled.
+    pub(crate) fn with_cancel(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Whether an operator cancelled this run (`POST /v1/runs/{id}/cancel`) while the
+    /// handler runs. The consumer learns of it from chimed's cancel notice, usually within
+    /// a second. The run is already `cancelled` on the scheduler: whatever the handler
+    /// returns now is recorded only as a late outcome in the run's history. A handler that
+    /// can stop part way should stop, undoing what it must, and return an error.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Completes once the run is cancelled (see [`TaskContext::is_cancelled`]); never, if
+    /// it is not. Use it in `tokio::select!` beside the work:
+    ///
+    /// ```no_run
+    /// use chime_consumer::{HandlerError, HandlerResult, TaskContext};
+    ///
+    /// async fn export(ctx: TaskContext) -> HandlerResult {
+    ///     tokio::select! {
+    ///         () = ctx.cancelled() => Err(HandlerError::permanent("cancelled")),
+    ///         () = tokio::time::sleep(std::time::Duration::from_secs(60)) => Ok(None),
+    ///     }
+    /// }
+    /// ```
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
     }
 
     /// Connects progress reports to a delivery's heartbeat loop.

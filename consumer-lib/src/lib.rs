@@ -37,6 +37,16 @@
 //! }
 //! ```
 //!
+//! ## Cancellation
+//!
+//! An operator may cancel a run (`POST /v1/runs/{id}/cancel`, `chimectl run cancel`).
+//! The consumer follows chimed's cancel notices (the `chime.cancels` stream, read from its
+//! start on every connect, before any task is taken): a cancelled run's task still in the
+//! queue is acknowledged without running the handler, and a handler already running sees
+//! [`TaskContext::cancelled`] complete (and [`TaskContext::is_cancelled`] turn true),
+//! usually within a second. The run is `cancelled` on the scheduler either way; what the
+//! handler returns afterwards is only noted in the run's history.
+//!
 //! ## Delivery modes
 //!
 //! A job's delivery mode ([`DeliveryMode`], chosen on the job) decides who runs its fires.

@@ -13,9 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use chime_consumer::protocol::{
-    AckMessage, AttemptRecord, DeadLetterMessage, DeliveryMode, HeartbeatMessage, ObserveMessage,
-    PresenceMessage, Progress, Reply, ReplyBatch, ResultMessage, TaskError, TaskMessage,
-    TaskOutcome,
+    AckMessage, AttemptRecord, CancelMessage, DeadLetterMessage, DeliveryMode, HeartbeatMessage,
+    ObserveMessage, PresenceMessage, Progress, Reply, ReplyBatch, ResultMessage, TaskError,
+    TaskMessage, TaskOutcome,
 };
 use jsonschema::{Registry, Validator};
 use serde_json::{Value, json};
@@ -202,6 +202,9 @@ fn reads(name: &str, body: &Value) -> Result<(), String> {
         "dead_letter" => DeadLetterMessage::from_slice(&bytes)
             .map(drop)
             .map_err(|e| error(&e)),
+        "cancel" => CancelMessage::from_slice(&bytes)
+            .map(drop)
+            .map_err(|e| error(&e)),
         "batch" => Reply::many_from_slice(&bytes)
             .map(drop)
             .map_err(|e| error(&e)),
@@ -240,6 +243,7 @@ fn every_example_in_protocol_md_is_marked_and_valid() {
         "observe",
         "batch",
         "dead_letter",
+        "cancel",
     ]
     .map(String::from)
     .into();
@@ -589,6 +593,16 @@ fn messages_the_code_writes_match_the_schemas() {
     dead.node = Some("sched-1-5f3c9e01".into());
     dead.history.clear();
     schemas.check("dead_letter", &value(&dead.to_vec()), "a dead letter");
+
+    let mut notice = CancelMessage::new(
+        Uuid::now_v7(),
+        "orders",
+        at("2026-11-21T10:00:03.120999Z"),
+        "ops-alice",
+    );
+    schemas.check("cancel", &value(&notice.to_vec()), "a cancel notice");
+    notice.by = None;
+    schemas.check("cancel", &value(&notice.to_vec()), "a cancel notice");
 }
 
 #[test]

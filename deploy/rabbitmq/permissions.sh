@@ -94,8 +94,9 @@ for spec in "${apps[@]}"; do
     reply_users="${reply_users:+$reply_users,}$group=$user"
   done
   g="($(IFS='|'; echo "${group_list[*]}"))"
-  # Queues it consumes but chimed declares: its groups' work and zone queues.
-  consumed="chime\.group\.$g(\.zone\.[A-Za-z0-9_-]+)?"
+  # Queues it consumes but chimed declares: its groups' work and zone queues, and the
+  # stream of cancel notices (every consumer reads it to skip or stop cancelled runs).
+  consumed="chime\.group\.$g(\.zone\.[A-Za-z0-9_-]+)?|chime\.cancels"
   # Queues it declares itself, and exchanges it binds them to.
   owned="" sources=""
   if $broadcast; then
@@ -113,7 +114,8 @@ for spec in "${apps[@]}"; do
   # write:     publish replies (exchange chime.replies); with queues of its own, bind them
   #            as destinations and name chime.dlx as their dead-letter exchange (RabbitMQ
   #            requires write on it of whoever declares such a queue).
-  # read:      consume its groups' queues and its own; bind its own queues to sources.
+  # read:      consume its groups' queues, the cancel notices and its own queues; bind
+  #            its own queues to sources.
   configure='^$'
   [ -z "$owned" ] || configure="^($owned)\$"
   rmqctl set_permissions -p "$vhost" "$user" \

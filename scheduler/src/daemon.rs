@@ -21,7 +21,7 @@ const DLQ_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 
 use crate::{
     api::{self, AppParts, AppState},
-    app::{Audit, Consumers, Jobs, Node, Runs, Tokens},
+    app::{Audit, Cancellations, Consumers, Jobs, Node, Runs, Tokens},
     broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{
         DEFAULT_SHARD_COUNT, Membership, Ownership,
@@ -166,6 +166,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .with_quotas(config.quotas),
         ),
         runs: Arc::new(Runs::new(store.clone())),
+        cancellations: Arc::new(Cancellations::new(
+            store.clone(),
+            Arc::new(ConfirmedPublisher::new(&config.amqp_url, "cancels")),
+        )),
         dead_letters: dead_letters.clone(),
         node: Arc::new(Node::new(
             backend.clone(),

@@ -174,6 +174,10 @@ pub const HTTP_PANICS: &str = "chime_http_panics_total";
 pub const HTTP_CONNECTIONS_CLOSED: &str = "chime_http_connections_closed_total";
 /// Open HTTP API connections.
 pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
+/// Runs cancelled through the API, by the `state` they were cancelled in.
+pub const RUNS_CANCELLED: &str = "chime_runs_cancelled_total";
+/// Cancel notices that could not be published (the runs stay cancelled).
+pub const CANCEL_NOTICE_FAILURES: &str = "chime_cancel_notice_failures_total";
 /// Audit entries deleted by retention (older than run_retention).
 pub const AUDIT_PRUNED: &str = "chime_audit_pruned_total";
 /// Audit entries that could not be written (the change they describe stands).
@@ -370,6 +374,14 @@ fn describe() {
         "Age of the oldest message in each dead-letter queue (sampled)."
     );
     describe_counter!(DLQ_REPLAYED, "Messages replayed from dead-letter queues.");
+    describe_counter!(
+        RUNS_CANCELLED,
+        "Runs cancelled through the API, by the state they were cancelled in."
+    );
+    describe_counter!(
+        CANCEL_NOTICE_FAILURES,
+        "Cancel notices that could not be published (the runs stay cancelled)."
+    );
     describe_counter!(
         FIRES_FENCED,
         "Fires refused because the shard lease was not proven."

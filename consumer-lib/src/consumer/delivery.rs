@@ -105,6 +105,13 @@ async fn handle(
     shared: &Shared,
     replies: &ReplyPublisher,
 ) -> Result<(), DeliveryError> {
+    if shared.cancels.is_cancelled(ctx.task_id()) {
+        // Withdrawn before any consumer started it: the delivery is settled with no
+        // ack or result (the run is `cancelled` already) and the handler never runs.
+        debug!(task_id = %ctx.task_id(), job = ctx.job(), "skipping a cancelled run's task");
+        metrics::counter!("chime_consumer_cancelled_tasks_total").increment(1);
+        return Ok(());
+    }
     match shared.handlers.for_job(ctx.job()) {
         #[cfg(feature = "postgres")]
         Some(Registered::Transactional(handler, store)) => {
@@ -203,7 +210,8 @@ async fn handle_transactional(
     send_result_behind(ctx, replies, ack, &recorded, replayed).await
 }
 
-/// Runs `work` (given the context it should use) with heartbeats for `ctx` beside it.
+/// Runs `work` (given the context it should use) with heartbeats for `ctx` beside it,
+/// and the run's cancellation connected to the context it gets.
 async fn with_heartbeats<W, F>(
     ctx: &TaskContext,
     shared: &Shared,
@@ -218,7 +226,9 @@ where
         shared.settings.heartbeat_interval,
         ctx.task().run_timeout_ms,
     );
-    heartbeat::beside(ctx, replies, every, work).await
+    let running = shared.cancels.start(ctx.task_id());
+    let ctx = ctx.clone().with_cancel(running.token());
+    heartbeat::beside(&ctx, replies, every, work).await
 }
 
 fn report(ctx: &TaskContext, recorded: &RecordedOutcome, replayed: bool) {

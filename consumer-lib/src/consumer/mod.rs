@@ -13,6 +13,7 @@
 //! task again.
 
 mod builder;
+mod cancels;
 mod delivery;
 mod heartbeat;
 mod key_lock;
@@ -105,6 +106,7 @@ impl Consumer {
             key_locks: KeyLocks::default(),
             handler_slots: Arc::new(Semaphore::new(self.settings.concurrency)),
             stopping: cancel.clone(),
+            cancels: Default::default(),
         });
         let in_flight = TaskTracker::new();
         reconnect::supervise(&ConsumerSessions { shared }, &in_flight, &cancel).await;

@@ -23,7 +23,7 @@ use tokio_util::{sync::CancellationToken, sync::DropGuard, task::TaskTracker};
 use tracing::{info, warn};
 
 use super::{
-    delivery, presence,
+    cancels, delivery, presence,
     replies::ReplyPublisher,
     settlement::Settler,
     shared::{Settings, Shared},
@@ -43,7 +43,7 @@ impl Supervised for ConsumerSessions {
     type OpenError = lapin::Error;
 
     async fn open(&self) -> Result<Session, lapin::Error> {
-        Session::open(&self.shared.settings).await
+        Session::open(&self.shared).await
     }
 
     async fn consume(
@@ -94,6 +94,8 @@ enum Pulled {
 pub(super) struct Session {
     connection: Connection,
     consume_channel: Channel,
+    /// The channel the cancel notices are read on, if chimed publishes them.
+    _cancel_channel: Option<Channel>,
     consumers: Vec<lapin::Consumer>,
     settler: Settler,
     replies: ReplyPublisher,
@@ -101,7 +103,8 @@ pub(super) struct Session {
 }
 
 impl Session {
-    pub(super) async fn open(settings: &Settings) -> Result<Self, lapin::Error> {
+    pub(super) async fn open(shared: &Arc<Shared>) -> Result<Self, lapin::Error> {
+        let settings: &Settings = &shared.settings;
         let properties = ConnectionProperties::default().with_connection_name(
             format!("chime-consumer/{}/{}", settings.group, settings.instance).into(),
         );
@@ -111,6 +114,8 @@ impl Session {
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
         topology::declare_or_find(&connection, topology::Shared::Replies).await?;
+        // Cancel notices first: what the stream holds is read before any task is taken.
+        let cancel_channel = follow_cancels(&connection, shared).await?;
         let consume_channel = connection.create_channel().await?;
         let queues = declare_queues(&connection, &consume_channel, settings).await?;
         // Per consumer (not global: quorum queues refuse global QoS).
@@ -139,6 +144,7 @@ impl Session {
         Ok(Self {
             connection,
             consume_channel,
+            _cancel_channel: cancel_channel,
             consumers,
             settler: Settler::start(settings.prefetch),
             replies,
@@ -222,6 +228,43 @@ impl Session {
             .close(200, "consumer shutting down".into())
             .await;
         info!("consumer stopped");
+    }
+}
+
+/// Subscribes to the cancel notices, reads what the stream holds, and follows it for the
+/// rest of the session in a task of its own. Returns the notices' channel (None when
+/// chimed declared no stream or the broker refused this user the stream).
+async fn follow_cancels(
+    connection: &Connection,
+    shared: &Arc<Shared>,
+) -> Result<Option<Channel>, lapin::Error> {
+    let (channel, mut consumer) =
+        match cancels::subscribe(connection, &shared.settings.instance).await {
+            Ok(Some(subscribed)) => subscribed,
+            Ok(None) => return Ok(None),
+            // Refused (no read permission on the stream): only its own channel closed, and
+            // the consumer works as before, without notices. A broken connection fails the
+            // next step of opening the session anyway.
+            Err(error) => {
+                warn!(%error, queue = crate::protocol::topology::CANCEL_NOTICES,
+                "cannot read the cancel notices; cancelled runs' tasks will run here");
+                return Ok(None);
+            }
+        };
+    if !cancels::catch_up(&mut consumer, &cancel_reader(shared)).await {
+        warn!("the cancel notices' consumer ended while catching up");
+        return Ok(Some(channel));
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move { cancels::read(consumer, cancel_reader(&shared)).await });
+    Ok(Some(channel))
+}
+
+/// Where `shared`'s cancel notices go, and whose notices count.
+fn cancel_reader(shared: &Shared) -> cancels::Reader<'_> {
+    cancels::Reader {
+        book: &shared.cancels,
+        scheduler_user: shared.settings.scheduler_user.as_deref(),
     }
 }
 

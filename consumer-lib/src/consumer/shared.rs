@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     pub(crate) handler_slots: Arc<Semaphore>,
     /// Cancelled on shutdown: deliveries still waiting for a slot are left to the close.
     pub(crate) stopping: CancellationToken,
+    /// The runs cancelled so far, and the handlers to tell.
+    pub(crate) cancels: super::cancels::CancelBook,
 }
 
 impl Shared {

@@ -5,6 +5,7 @@
 //!
 //! `docs/protocol.md` describes the same protocol for consumers written in other languages.
 
+pub mod cancel;
 pub mod dead_letter;
 pub mod instant;
 pub mod messages;
@@ -13,6 +14,7 @@ pub mod topic;
 pub mod topology;
 pub mod user_id;
 
+pub use cancel::CancelMessage;
 pub use dead_letter::DeadLetterMessage;
 pub use messages::{
     AckMessage, AttemptRecord, BatchKind, DeliveryMode, HeartbeatMessage, MAX_OBSERVER_PATTERNS,

@@ -12,7 +12,10 @@ use tracing::error;
 
 use super::dto::RequestError;
 use crate::{
-    app::{AuditError, AuthError, ConsumersError, JobsError, NodeError, RunsError, TokensError},
+    app::{
+        AuditError, AuthError, CancelError, ConsumersError, JobsError, NodeError, RunsError,
+        TokensError,
+    },
     dlq::DlqError,
     domain::{FieldError, access::Denied},
     store::StoreError,
@@ -54,6 +57,9 @@ pub enum ErrorCode {
     VersionConflict,
     /// A backfill with overlap `forbid` found the job with an unfinished run.
     JobBusy,
+    /// The run already finished (`succeeded`, `dead` or `cancelled`): it cannot be
+    /// cancelled.
+    RunFinished,
     /// A dependency (the database) is unavailable; retry later.
     Unavailable,
     /// A bug or an unexpected failure.
@@ -76,7 +82,10 @@ impl ErrorCode {
             ErrorCode::Forbidden | ErrorCode::QuotaExceeded => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::DuplicateName | ErrorCode::VersionConflict | ErrorCode::JobBusy => {
+            ErrorCode::DuplicateName
+            | ErrorCode::VersionConflict
+            | ErrorCode::JobBusy
+            | ErrorCode::RunFinished => {
                 StatusCode::CONFLICT
             }
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -239,6 +248,19 @@ impl From<JobsError> for ApiError {
             // Logged where the change failed.
             JobsError::ChangeFailed(_) => Self::internal(),
             JobsError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<CancelError> for ApiError {
+    fn from(e: CancelError) -> Self {
+        match e {
+            CancelError::RunNotFound(id) => Self::run_not_found(&id.to_string()),
+            CancelError::Finished(refused) => {
+                Self::new(ErrorCode::RunFinished, refused.to_string())
+            }
+            CancelError::Denied(denied) => denied.into(),
+            CancelError::Store(e) => e.into(),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod auth;
 mod backfill;
 mod batch;
 pub mod body;
+pub mod cancel;
 pub mod cluster;
 mod consumers;
 pub mod dlq;
@@ -53,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/schedules/preview", post(preview::schedule))
         .route("/v1/runs", get(run_search::search))
         .route("/v1/runs/{id}", get(runs::get))
+        .route("/v1/runs/{id}/cancel", post(cancel::cancel))
         .route("/v1/cluster", get(cluster::status))
         .route("/v1/consumers", get(consumers::list))
         .route("/v1/dlq", get(dlq::list))

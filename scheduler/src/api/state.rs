@@ -6,7 +6,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::{
-    app::{Audit, Consumers, Jobs, Node, Runs, Tokens},
+    app::{Audit, Cancellations, Consumers, Jobs, Node, Runs, Tokens},
     dlq::DeadLetters,
 };
 
@@ -16,6 +16,8 @@ pub struct AppParts {
     pub jobs: Arc<Jobs>,
     /// Run history.
     pub runs: Arc<Runs>,
+    /// Cancelling runs.
+    pub cancellations: Arc<Cancellations>,
     /// Dead-letter queue operations.
     pub dead_letters: Arc<DeadLetters>,
     /// This node's view of the cluster and its readiness.
@@ -54,6 +56,10 @@ impl AppState {
 
     pub(super) fn runs(&self) -> &Runs {
         &self.parts.runs
+    }
+
+    pub(super) fn cancellations(&self) -> &Cancellations {
+        &self.parts.cancellations
     }
 
     pub(super) fn dead_letters(&self) -> &DeadLetters {

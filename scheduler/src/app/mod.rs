@@ -1,4 +1,5 @@
-//! The application layer: the operations on jobs ([`Jobs`]), runs ([`Runs`]), the
+//! The application layer: the operations on jobs ([`Jobs`]), runs ([`Runs`],
+//! [`Cancellations`]), the
 //! consumers' view ([`Consumers`]) and this node's view ([`Node`]) that the edges call — the HTTP API today, and through it
 //! `chimectl` and the console. Each service owns its operation from end to end (the
 //! store writes, telling the timer and dispatcher, declaring queues), so a rule about it
@@ -10,6 +11,7 @@
 
 pub mod audit;
 pub mod backfill;
+pub mod cancel;
 pub mod consumers;
 pub mod jobs;
 pub mod node;
@@ -19,6 +21,7 @@ pub mod tokens;
 
 pub use audit::{Audit, AuditError};
 pub use backfill::Backfill;
+pub use cancel::{CancelError, Cancellations, Cancelled};
 pub use consumers::{Consumers, ConsumersError, ConsumersQuery};
 pub use jobs::{Jobs, JobsError};
 pub use node::{ClusterStatus, Node, NodeError, NodeStatus, Readiness};

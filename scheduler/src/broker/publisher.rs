@@ -102,6 +102,12 @@ impl ConfirmedPublisher {
         topology::declare_dead_letter_notices(channel, Some(&task.group)).await
     }
 
+    /// Declares the cancel notices stream (see [`topology::declare_cancel_notices`]).
+    pub async fn declare_cancel_notices(&self) -> Result<(), lapin::Error> {
+        let open = self.open().await?;
+        topology::declare_cancel_notices(&open.1).await
+    }
+
     /// Publishes `body` to `exchange` with `routing_key`, waiting for a clean confirm.
     pub async fn publish(
         &self,

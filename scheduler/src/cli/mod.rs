@@ -22,7 +22,10 @@ use std::io::Write;
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::api::dto::{ClusterResponse, JobResponse, ListResponse, RunResponse};
+use crate::api::{
+    cancel::CancelResponse,
+    dto::{ClusterResponse, JobResponse, ListResponse, RunResponse},
+};
 pub use client::{Client, ClientError};
 pub use consumers::ConsumerCommand;
 pub use dlq::DlqCommand;
@@ -192,6 +195,13 @@ pub enum RunCommand {
         /// The run id.
         run: String,
     },
+    /// Cancel a run that has not finished: a task still queued is skipped by consumers, a
+    /// running handler is told (it sees the cancellation on its task context), and the run
+    /// ends `cancelled`. A finished run cannot be cancelled.
+    Cancel {
+        /// The run id.
+        run: String,
+    },
 }
 
 /// Runs `cli`, writing output to `out`, progress and questions to stderr, and reading
@@ -344,6 +354,25 @@ async fn runs(
             } else {
                 write!(out, "{}", table::run_detail(&run)).context("writing output")
             }
+        }
+        RunCommand::Cancel { run } => {
+            let answer: CancelResponse =
+                client.post(&format!("/v1/runs/{run}/cancel"), None).await?;
+            if json {
+                return write_json(out, &answer);
+            }
+            writeln!(
+                out,
+                "cancelled run {} (was {}){}",
+                answer.run.id,
+                answer.cancelled_from,
+                if answer.notified {
+                    ""
+                } else {
+                    "; consumers could not be told: a queued task or running handler may still run"
+                }
+            )
+            .context("writing output")
         }
     }
 }

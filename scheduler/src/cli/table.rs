@@ -196,6 +196,11 @@ pub fn run_detail(run: &RunResponse) -> String {
         ("finished_at", or_dash(run.finished_at.as_deref())),
         ("consumer", or_dash(run.consumer.as_deref())),
         ("fired_by", or_dash(run.fired_by.as_deref())),
+    ]);
+    if let Some(by) = &run.cancelled_by {
+        rows.push(("cancelled_by", by.clone()));
+    }
+    rows.extend([
         ("payload", run.payload.to_string()),
         (
             "output",

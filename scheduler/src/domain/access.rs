@@ -102,6 +102,8 @@ pub enum Action {
     ChangeJobs,
     /// Fire a job now, or record its past fires (a backfill).
     TriggerJobs,
+    /// Cancel a run that has not finished.
+    CancelRuns,
     /// Read the cluster's nodes and shards.
     ReadCluster,
     /// Read the consumer instances and groups (of the groups its apps' jobs target).
@@ -130,9 +132,10 @@ impl Action {
             Action::ReadJobs | Action::ReadCluster | Action::ReadDeadLetters => Role::Reader,
             Action::ReadConsumers => Role::Reader,
             Action::ReadMetrics | Action::ReadApiDescription => Role::Reader,
-            Action::ChangeJobs | Action::TriggerJobs | Action::ReplayJobDeadLetters => {
-                Role::Operator
-            }
+            Action::ChangeJobs
+            | Action::TriggerJobs
+            | Action::CancelRuns
+            | Action::ReplayJobDeadLetters => Role::Operator,
             Action::ReplayQueue | Action::PurgeQueue | Action::ManageTokens => Role::Admin,
         }
     }
@@ -143,6 +146,7 @@ impl Action {
             Action::ReadJobs => "read jobs and runs",
             Action::ChangeJobs => "change jobs",
             Action::TriggerJobs => "trigger jobs",
+            Action::CancelRuns => "cancel runs",
             Action::ReadCluster => "read the cluster",
             Action::ReadConsumers => "read consumers",
             Action::ReadDeadLetters => "read dead-letter queues",

@@ -24,6 +24,8 @@ pub mod actions {
     pub const JOB_BACKFILL: &str = "job.backfill";
     /// Dead letters were replayed.
     pub const DLQ_REPLAY: &str = "dlq.replay";
+    /// A run was cancelled.
+    pub const RUN_CANCEL: &str = "run.cancel";
     /// A dead-letter queue was purged.
     pub const DLQ_PURGE: &str = "dlq.purge";
     /// An API token was created.

@@ -15,24 +15,34 @@ pub enum FireState {
     Succeeded,
     /// Some item is `dead`: the fire will not complete without a replay.
     Dead,
+    /// Every item finished, none is `dead` and some were `cancelled`.
+    Cancelled,
 }
 
 impl FireState {
     /// `dead` if any item is dead, else `succeeded` if every item succeeded (and there
-    /// is at least one), else `running`.
+    /// is at least one), else `cancelled` if every item finished and some were
+    /// cancelled, else `running`.
     pub fn of(states: impl IntoIterator<Item = RunState>) -> Self {
         let mut any = false;
         let mut all_succeeded = true;
+        let mut all_finished = true;
         for state in states {
             any = true;
             match state {
                 RunState::Dead => return FireState::Dead,
                 RunState::Succeeded => {}
-                _ => all_succeeded = false,
+                RunState::Cancelled => all_succeeded = false,
+                _ => {
+                    all_succeeded = false;
+                    all_finished = false;
+                }
             }
         }
         if any && all_succeeded {
             FireState::Succeeded
+        } else if any && all_finished {
+            FireState::Cancelled
         } else {
             FireState::Running
         }
@@ -44,6 +54,7 @@ impl FireState {
             FireState::Running => "running",
             FireState::Succeeded => "succeeded",
             FireState::Dead => "dead",
+            FireState::Cancelled => "cancelled",
         }
     }
 }
@@ -64,6 +75,9 @@ mod tests {
         assert_eq!(of(&[Succeeded, Dead, Acked]), FireState::Dead);
         assert_eq!(of(&[Dead]), FireState::Dead);
         assert_eq!(of(&[]), FireState::Running);
+        assert_eq!(of(&[Succeeded, Cancelled]), FireState::Cancelled);
+        assert_eq!(of(&[Cancelled, Acked]), FireState::Running);
+        assert_eq!(of(&[Cancelled, Dead]), FireState::Dead);
         assert_eq!(
             serde_json::to_value(FireState::Dead).unwrap(),
             json!("dead")

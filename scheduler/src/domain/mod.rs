@@ -6,6 +6,7 @@ pub mod audit;
 pub mod backfill;
 pub mod behind;
 pub mod broadcast;
+pub mod cancel;
 pub mod cron_schedule;
 pub mod duration;
 pub mod fire_state;

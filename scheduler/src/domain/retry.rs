@@ -115,9 +115,9 @@ impl ResultVerdict {
 }
 
 /// What a success does to a run in `state`: whichever attempt it was, the work is done,
-/// unless the run already finished. Needs no retry policy.
+/// unless the run already finished (or was cancelled). Needs no retry policy.
 pub fn after_success(state: RunState) -> ResultVerdict {
-    if matches!(state, RunState::Succeeded | RunState::Dead) {
+    if state.is_finished() {
         ResultVerdict::Stale
     } else {
         ResultVerdict::Succeeded
@@ -139,7 +139,7 @@ pub fn after_result(
         TaskOutcome::Succeeded { .. } => return after_success(state),
         TaskOutcome::Failed { error } => error,
     };
-    if matches!(state, RunState::Succeeded | RunState::Dead) {
+    if state.is_finished() {
         return ResultVerdict::Stale;
     }
     // A failure of an older attempt, or a second report of this one, changes nothing.
@@ -402,6 +402,20 @@ mod tests {
             after_result(RunState::Dead, 1, &failed(1, true, None), 5, &b, now, 0.0),
             ResultVerdict::Stale
         );
+        assert_eq!(
+            after_result(
+                RunState::Cancelled,
+                1,
+                &failed(1, true, None),
+                5,
+                &b,
+                now,
+                0.0
+            ),
+            ResultVerdict::Stale,
+            "a cancelled run is not retried"
+        );
+        assert_eq!(after_success(RunState::Cancelled), ResultVerdict::Stale);
         // A late success of an older attempt still settles the run.
         let mut ok = failed(1, true, None);
         ok.outcome = TaskOutcome::Succeeded { output: None };

@@ -12,7 +12,11 @@
 //!
 //! permanent failure, or any of the above with attempts exhausted --> dead
 //! dead --(dlq replay: attempt + 1)--> scheduled
+//! scheduled | dispatched | acked | failed --(POST /v1/runs/{id}/cancel)--> cancelled
 //! ```
+//!
+//! `cancelled` is final like `succeeded` and `dead` (see [`crate::domain::cancel`]): the
+//! reconciler never publishes it again, and a late ack or result does not revive it.
 //!
 //! A `dispatched` run whose work queue has no consumer when its ack deadline passes
 //! stays `dispatched` on the same attempt with [`Run::waiting_for`] =
@@ -54,6 +58,8 @@ pub enum RunState {
     Failed,
     /// Given up: attempts exhausted, a permanent failure, or dead-lettered by the broker.
     Dead,
+    /// Withdrawn by an operator (`POST /v1/runs/{id}/cancel`) before it finished.
+    Cancelled,
 }
 
 impl RunState {
@@ -66,7 +72,17 @@ impl RunState {
             RunState::Succeeded => "succeeded",
             RunState::Failed => "failed",
             RunState::Dead => "dead",
+            RunState::Cancelled => "cancelled",
         }
+    }
+
+    /// Whether the run is over: `succeeded`, `dead` or `cancelled`. A finished run is
+    /// never published again.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            RunState::Succeeded | RunState::Dead | RunState::Cancelled
+        )
     }
 
     /// Parses a stored state name.
@@ -78,6 +94,7 @@ impl RunState {
             RunState::Succeeded,
             RunState::Failed,
             RunState::Dead,
+            RunState::Cancelled,
         ]
         .into_iter()
         .find(|s| s.as_str() == name)
@@ -257,6 +274,8 @@ pub struct Run {
     /// `dispatched` only: why its ack deadline was moved on without using an attempt
     /// (its queue had no consumer). None otherwise.
     pub waiting_for: Option<WaitingFor>,
+    /// `cancelled` only: who cancelled it (the API token's name); `finished_at` says when.
+    pub cancelled_by: Option<String>,
 }
 
 impl Run {
@@ -300,6 +319,7 @@ impl Run {
             overlap: OverlapPolicy::Allow,
             instances: Vec::new(),
             waiting_for: None,
+            cancelled_by: None,
         }
     }
 
@@ -359,6 +379,7 @@ mod tests {
             "succeeded",
             "failed",
             "dead",
+            "cancelled",
         ] {
             assert_eq!(RunState::parse(s).unwrap().as_str(), s);
         }

@@ -231,7 +231,9 @@ impl Reconciler {
                     // A failed run's backoff elapsed: publish the next attempt.
                     RunState::Failed => advances.push(Advance::retry(item)),
                     RunState::Dead => dead.push(item),
-                    RunState::Succeeded => {}
+                    // Finished: nothing is due (a cancelled run has no `due_at`; one read
+                    // just before it was cancelled is left alone).
+                    RunState::Succeeded | RunState::Cancelled => {}
                 }
             }
             let mut publish = missed::judge(self.store.as_ref(), missed, now, grace).await?;

@@ -181,11 +181,31 @@ impl ResultCollector {
     }
 }
 
+/// Declares the cancel notices stream, so consumers that connect before the first cancel
+/// subscribe to it. Best effort, on a channel of its own (a refused declaration closes
+/// that channel only): without it, cancelling still works for consumers that connect
+/// after the first cancel declared it.
+async fn declare_cancel_notices(connection: &lapin::Connection) {
+    let declared = match connection.create_channel().await {
+        Ok(channel) => {
+            let declared = topology::declare_cancel_notices(&channel).await;
+            let _ = channel.close(200, "declared".into()).await;
+            declared
+        }
+        Err(error) => Err(error),
+    };
+    if let Err(error) = declared {
+        warn!(%error, queue = topology::CANCEL_NOTICES,
+            "cannot declare the cancel notices stream; consumers connected now will not hear of cancels");
+    }
+}
+
 async fn open_consumer(
     connection: &lapin::Connection,
 ) -> Result<(Channel, lapin::Consumer), lapin::Error> {
     let channel = connection.create_channel().await?;
     topology::declare_replies(connection, &channel).await?;
+    declare_cancel_notices(connection).await;
     channel
         .basic_qos(PREFETCH, BasicQosOptions::default())
         .await?;

@@ -185,8 +185,8 @@ pub(crate) enum SingleWrite<'a> {
     Presence(&'a PresenceMessage),
     /// An observer registering its patterns.
     Observe(&'a ObserveMessage),
-    /// A result for a run already `dead`: noted in its history
-    /// ([`crate::domain::run::late_record`]); the run stays `dead`.
+    /// A result for a run already `dead` or `cancelled`: noted in its history
+    /// ([`crate::domain::run::late_record`]); the run stays as it is.
     Late(&'a ResultMessage),
 }
 
@@ -259,7 +259,10 @@ pub(crate) fn plan_round<'a>(
                 run => plan.decided.push((index, (not_applied(run), None))),
             },
             Reply::Result(result) => match facts.get(&result.task_id) {
-                Some(run) if run.mode != DeliveryMode::Broadcast && run.state == RunState::Dead => {
+                Some(run)
+                    if run.mode != DeliveryMode::Broadcast
+                        && matches!(run.state, RunState::Dead | RunState::Cancelled) =>
+                {
                     plan.singles.push((index, SingleWrite::Late(result)));
                 }
                 Some(run) if run.mode != DeliveryMode::Broadcast => {

@@ -15,16 +15,17 @@ macro_rules! run_columns {
         "id, job_id, fire_time, shard, shard_total, attempt, state, trigger, payload, created_at, \
          dispatched_at, acked_at, finished_at, consumer, output, error, fired_by, ack_timeout_ms, \
          run_timeout_ms, due_at, history, progress, heartbeat_at, mode, zone, instances, overlap, \
-         waiting_for"
+         waiting_for, cancelled_by"
     };
 }
 
-/// The runs retention may delete (given a `finished_at` bound): `succeeded`, or `dead`
-/// with no dead letter pending. The same predicate as the `runs_finished` partial index
-/// (migration 0005), verbatim, so both backends read through it.
+/// The runs retention may delete (given a `finished_at` bound): `succeeded`,
+/// `cancelled`, or `dead` with no dead letter pending. The same predicate as the
+/// `runs_finished` partial index (PostgreSQL migration 0015, SQLite 0014; first 0005),
+/// verbatim, so both backends read through it.
 macro_rules! finished_runs {
     () => {
-        "state IN ('succeeded', 'dead') AND due_at IS NULL"
+        "state IN ('succeeded', 'dead', 'cancelled') AND due_at IS NULL"
     };
 }
 

@@ -237,6 +237,12 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
                 None,
                 Needs::Admin,
             ),
+            (
+                Method::POST,
+                format!("/v1/runs/{run}/cancel"),
+                None,
+                Needs::OperateA,
+            ),
             // Last: it deletes the job.
             (
                 Method::DELETE,
@@ -263,7 +269,7 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 30);
+    assert_eq!(checked, 5 * 31);
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ mod access;
 mod audit;
 mod backfill;
 mod batch;
+mod cancel;
 mod cluster_health;
 mod consumers;
 mod dlq;

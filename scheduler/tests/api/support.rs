@@ -16,8 +16,8 @@ use axum::{
 };
 use chime_scheduler::{
     api::{self, AppParts, AppState},
-    app::{Audit, Consumers, Jobs, Node, Runs, Tokens},
-    broker::GroupDeclarer,
+    app::{Audit, Cancellations, Consumers, Jobs, Node, Runs, Tokens},
+    broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{ClusterSettings, DEFAULT_SHARD_COUNT, Ownership},
     dispatch::{Dispatcher, ObserverCopies},
     dlq::DeadLetters,
@@ -139,6 +139,10 @@ impl TestApp {
         let state = AppState::new(AppParts {
             jobs: jobs.clone(),
             runs: Arc::new(Runs::new(store.clone())),
+            cancellations: Arc::new(Cancellations::new(
+                store.clone(),
+                Arc::new(ConfirmedPublisher::new(&amqp_url, "cancels")),
+            )),
             dead_letters: Arc::new(DeadLetters::new(store.clone(), &amqp_url, ownership.node())),
             node: Arc::new(Node::new(
                 backend.clone(),

@@ -1,11 +1,12 @@
 //! One store test suite, run against both backends: every case gets a fresh SQLite file
 //! and a fresh PostgreSQL database (PostgreSQL must be running: deploy/local/postgres.sh).
 //! The test bodies are generic over the store and live in one file per concern
-//! (jobs, import, due, fire, overlap, runs, backfill, replies, reconcile, presence, retention); this file
+//! (jobs, import, due, fire, overlap, runs, backfill, cancel, replies, reconcile, presence, retention); this file
 //! holds the shared fixtures and the macro that runs every body on both backends.
 
 mod audit;
 mod backfill;
+mod cancel;
 mod due;
 mod fire;
 mod import;
@@ -277,6 +278,8 @@ store_suite!(
         runs::notes_are_appended_to_a_runs_history_up_to_a_bound,
         backfill::backfilled_runs_are_recorded_once_beside_scheduled_fires,
         backfill::a_backfill_asking_for_an_idle_job_records_nothing_while_it_is_busy,
+        cancel::a_cancelled_run_is_final,
+        cancel::a_cancelled_scheduled_run_is_never_published,
     ]
 );
 

@@ -8,7 +8,9 @@
 //! - `{"crash": true}`: abort the whole process after 300 ms (a poison message);
 //! - `{"fail_until_attempt": N}`: fail retryably while the attempt is below N;
 //! - `{"progress": true}`: report 50 % progress, then wait for the heartbeat to carry it;
-//! - `{"fail_shard": N}`: shard item N fails retryably on attempt 1 only.
+//! - `{"fail_shard": N}`: shard item N fails retryably on attempt 1 only;
+//! - `{"wait_for_cancel_ms": N}`: wait up to N ms for the run to be cancelled; if it is,
+//!   print a `cancelled` line and fail permanently.
 //!
 //! Each line carries the task's `shard`, `shard_total`, `zone` and `mode`.
 //!
@@ -85,6 +87,16 @@ fn report(event: &str, ctx: &TaskContext) {
 
 async fn behave(ctx: &TaskContext) -> HandlerResult {
     let payload = ctx.payload();
+    if let Some(ms) = payload.get("wait_for_cancel_ms").and_then(Value::as_u64) {
+        tokio::select! {
+            () = ctx.cancelled() => {
+                assert!(ctx.is_cancelled());
+                report("cancelled", ctx);
+                return Err(HandlerError::permanent("cancelled"));
+            }
+            () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+        }
+    }
     if let Some(ms) = payload.get("sleep_ms").and_then(Value::as_u64) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }

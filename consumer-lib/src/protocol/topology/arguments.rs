@@ -85,6 +85,31 @@ pub fn dead_letter_notices_arguments() -> FieldTable {
     args
 }
 
+/// How long the [`CANCEL_NOTICES`](super::CANCEL_NOTICES) stream keeps a notice: a task
+/// that waited in its queue longer than this may run after all once it is delivered.
+pub const CANCEL_NOTICE_MAX_AGE: &str = "7D";
+/// Most bytes the [`CANCEL_NOTICES`](super::CANCEL_NOTICES) stream keeps (oldest
+/// segments go first): 64 MiB, a few hundred thousand notices.
+pub const CANCEL_NOTICE_MAX_BYTES: i64 = 64 * 1024 * 1024;
+
+/// Arguments of the [`CANCEL_NOTICES`](super::CANCEL_NOTICES) stream: a stream (every
+/// reader gets every notice, from whatever offset it asks for) kept for
+/// [`CANCEL_NOTICE_MAX_AGE`], at most [`CANCEL_NOTICE_MAX_BYTES`].
+pub fn cancel_notices_arguments() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), long_string("stream"));
+    args.insert("x-max-age".into(), long_string(CANCEL_NOTICE_MAX_AGE));
+    args.insert(
+        "x-max-length-bytes".into(),
+        AMQPValue::LongLongInt(CANCEL_NOTICE_MAX_BYTES),
+    );
+    args.insert(
+        "x-stream-max-segment-size-bytes".into(),
+        AMQPValue::LongLongInt(4 * 1024 * 1024),
+    );
+    args
+}
+
 fn long_string(value: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(value))
 }

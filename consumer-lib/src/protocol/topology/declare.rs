@@ -12,14 +12,14 @@ use lapin::{
 
 use super::{
     arguments::{
-        dead_letter_notices_arguments, dead_letter_queue_arguments, work_queue_arguments,
-        zone_queue_arguments,
+        cancel_notices_arguments, dead_letter_notices_arguments, dead_letter_queue_arguments,
+        work_queue_arguments, zone_queue_arguments,
     },
     limits::short_string,
     names::{
-        BROADCAST_EXCHANGE, DEAD_LETTER_EXCHANGE, DEAD_LETTER_NOTICES, REPLY_EXCHANGE, REPLY_QUEUE,
-        REPLY_ROUTING_KEY, TASK_EXCHANGE, TOPIC_EXCHANGE, dead_letter_queue, group_queue,
-        zone_queue, zone_routing_key,
+        BROADCAST_EXCHANGE, CANCEL_NOTICES, DEAD_LETTER_EXCHANGE, DEAD_LETTER_NOTICES,
+        REPLY_EXCHANGE, REPLY_QUEUE, REPLY_ROUTING_KEY, TASK_EXCHANGE, TOPIC_EXCHANGE,
+        dead_letter_queue, group_queue, zone_queue, zone_routing_key,
     },
 };
 use crate::protocol::{DeliveryMode, TaskMessage};
@@ -157,6 +157,28 @@ pub async fn declare_dead_letter_notices(
             .await?;
     }
     Ok(())
+}
+
+/// Declares the [`CANCEL_NOTICES`] stream (chimed does, before publishing a notice;
+/// consumers only read it). Idempotent.
+pub async fn declare_cancel_notices(channel: &Channel) -> Result<(), lapin::Error> {
+    channel
+        .queue_declare(
+            CANCEL_NOTICES.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            cancel_notices_arguments(),
+        )
+        .await
+        .map(drop)
+}
+
+/// Whether the [`CANCEL_NOTICES`] stream exists (a chimed that predates cancelling never
+/// declares it), asked on a throwaway channel of `connection`.
+pub async fn has_cancel_notices(connection: &Connection) -> Result<bool, lapin::Error> {
+    exists(connection, Resource::Queue, CANCEL_NOTICES).await
 }
 
 /// Declares the reply queue bound to [`REPLY_EXCHANGE`] and its dead-letter queue.

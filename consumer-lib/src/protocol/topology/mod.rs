@@ -24,6 +24,8 @@
 //! broadcast:  [chime.broadcast] (direct) --"<group>"--> chime.broadcast.<group>.<instance>
 //!             (one exclusive, auto-delete queue per live instance)
 //! pub/sub:    [chime.topics] (topic) --"<app>.<job>"--> chime.observe.<name> (observers)
+//! cancel:     chimed --[default exchange]--> chime.cancels (stream) --> every consumer
+//!             instance, read from its first retained entry on each connect
 //! ```
 //!
 //! The module is split by what each part does: [`names`](mod@names) (names, routing keys,
@@ -46,23 +48,25 @@ pub mod names;
 pub mod participant;
 
 pub use arguments::{
-    DELIVERY_LIMIT, dead_letter_notices_arguments, dead_letter_queue_arguments,
-    instance_queue_arguments, work_queue_arguments, zone_queue_arguments,
+    CANCEL_NOTICE_MAX_AGE, CANCEL_NOTICE_MAX_BYTES, DELIVERY_LIMIT, cancel_notices_arguments,
+    dead_letter_notices_arguments, dead_letter_queue_arguments, instance_queue_arguments,
+    work_queue_arguments, zone_queue_arguments,
 };
 pub use declare::{
-    declare_dead_letter_notices, declare_dead_letter_queue, declare_exchanges, declare_group,
-    declare_replies, declare_task_destination, declare_zone, is_access_refused, is_not_found,
+    declare_cancel_notices, declare_dead_letter_notices, declare_dead_letter_queue,
+    declare_exchanges, declare_group, declare_replies, declare_task_destination, declare_zone,
+    has_cancel_notices, is_access_refused, is_not_found,
 };
 pub use limits::{
     NameError, NameField, check_group, check_instance, check_job_topology, check_observer,
     check_task, check_topic_key, check_zone, short_string,
 };
 pub use names::{
-    BROADCAST_EXCHANGE, DEAD_LETTER_EXCHANGE, DEAD_LETTER_NOTICES, MAX_NAME_LEN, MAX_SHORT_STRING,
-    REPLY_EXCHANGE, REPLY_QUEUE, REPLY_ROUTING_KEY, TASK_EXCHANGE, TOPIC_EXCHANGE,
-    dead_letter_queue, group_of_queue, group_queue, instance_queue, is_dead_letter_queue,
-    is_valid_instance, is_valid_name, is_valid_topic_pattern, observer_queue, origin_queue,
-    queue_route, task_is_mandatory, task_queue, task_route, topic_routing_key, zone_queue,
-    zone_routing_key,
+    BROADCAST_EXCHANGE, CANCEL_NOTICES, DEAD_LETTER_EXCHANGE, DEAD_LETTER_NOTICES, MAX_NAME_LEN,
+    MAX_SHORT_STRING, REPLY_EXCHANGE, REPLY_QUEUE, REPLY_ROUTING_KEY, TASK_EXCHANGE,
+    TOPIC_EXCHANGE, dead_letter_queue, group_of_queue, group_queue, instance_queue,
+    is_dead_letter_queue, is_valid_instance, is_valid_name, is_valid_topic_pattern, observer_queue,
+    origin_queue, queue_route, task_is_mandatory, task_queue, task_route, topic_routing_key,
+    zone_queue, zone_routing_key,
 };
 pub use participant::{Shared, declare_instance_queue, declare_observer, declare_or_find};

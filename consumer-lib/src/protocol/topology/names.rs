@@ -30,6 +30,10 @@ pub const DEAD_LETTER_EXCHANGE: &str = "chime.dlx";
 /// reached the delivery limit marks its run `dead`). Bound to [`DEAD_LETTER_EXCHANGE`]
 /// with each group's dead-letter routing key, so it receives a copy of every dead letter.
 pub const DEAD_LETTER_NOTICES: &str = "chime.dlx.notices";
+/// Stream of cancel notices ([`CancelMessage`](crate::protocol::CancelMessage)): chimed
+/// declares it and publishes to it through the default exchange; every consumer instance
+/// reads it from its first retained entry (see [`cancel_notices_arguments`](super::cancel_notices_arguments)).
+pub const CANCEL_NOTICES: &str = "chime.cancels";
 /// Longest group, app, job, zone, instance or observer name accepted alone; names joined
 /// into one broker name also share its [`MAX_SHORT_STRING`] bytes (see [`check_job_topology`](super::check_job_topology)).
 pub const MAX_NAME_LEN: usize = 128;

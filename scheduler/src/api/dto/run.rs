@@ -67,6 +67,10 @@ pub struct RunResponse {
     /// using an attempt (`consumer`: its work queue has no consumer); null otherwise.
     #[serde(default)]
     pub waiting_for: Option<WaitingFor>,
+    /// For a `cancelled` run: who cancelled it (the API token's name; `finished_at` says
+    /// when); null otherwise.
+    #[serde(default)]
+    pub cancelled_by: Option<String>,
     /// Attempts that did not succeed, oldest first.
     #[schema(value_type = Vec<crate::domain::wire_schema::AttemptRecordSchema>)]
     pub history: Vec<AttemptRecord>,
@@ -196,6 +200,7 @@ impl From<&Run> for RunResponse {
                 .filter(|_| run.state == RunState::Failed)
                 .map(timestamp),
             waiting_for: run.waiting_for,
+            cancelled_by: run.cancelled_by.clone(),
             history: run.history.clone(),
             progress: run.progress.clone(),
             heartbeat_at: run.heartbeat_at.map(timestamp),

@@ -65,7 +65,7 @@ async fn next_attempts_of(
                   UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[])
                       AS a(id, state, attempt, record)
              WHERE r.id = ANY($1) AND r.id = locked.id AND a.id = locked.id
-               AND (a.state IS NULL AND r.state NOT IN ('succeeded', 'dead') OR r.state = a.state)
+               AND (a.state IS NULL AND r.state NOT IN ('succeeded', 'dead', 'cancelled') OR r.state = a.state)
                AND (a.attempt IS NULL OR r.attempt = a.attempt)
              RETURNING r.id",
     )

@@ -361,7 +361,7 @@ async fn record_late_result(
     sqlx::query(
         "UPDATE runs SET history = history || jsonb_build_array($2::jsonb),
              output = COALESCE(output, $3)
-         WHERE id = $1 AND state = 'dead'
+         WHERE id = $1 AND state IN ('dead', 'cancelled')
            AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(history) AS h
                            WHERE h->>'event' IN ('late_success', 'late_failure')
                              AND (h->>'attempt')::int = $4)",

@@ -81,6 +81,7 @@ pub(super) fn run_from_row(row: &PgRow) -> Result<Run, StoreError> {
             .map_err(|e| corrupt(&what, e))?
             .0,
         waiting_for: waiting_for(&state, row.try_get("waiting_for").ok().flatten()),
+        cancelled_by: row.try_get("cancelled_by").ok().flatten(),
     })
 }
 
@@ -98,7 +99,7 @@ pub(super) const MAX_SET_ROWS: usize = 100;
 /// `$n+1`.
 pub(super) fn expect_sql(n: usize) -> String {
     format!(
-        "(${n}::text IS NULL AND state NOT IN ('succeeded', 'dead') OR state = ${n}::text)
+        "(${n}::text IS NULL AND state NOT IN ('succeeded', 'dead', 'cancelled') OR state = ${n}::text)
          AND (${m}::int IS NULL OR attempt = ${m}::int)",
         m = n + 1
     )

@@ -207,7 +207,8 @@ pub(super) async fn write_run(conn: &mut PgConnection, run: &Run) -> Result<(), 
     sqlx::query(
         "UPDATE runs SET state = $2, attempt = $3, dispatched_at = $4, acked_at = $5,
              finished_at = $6, consumer = $7, output = $8, error = $9, due_at = $10,
-             history = $11, progress = $12, heartbeat_at = $13, instances = $14
+             history = $11, progress = $12, heartbeat_at = $13, instances = $14,
+             cancelled_by = $15
          WHERE id = $1",
     )
     .bind(run.id)
@@ -224,6 +225,7 @@ pub(super) async fn write_run(conn: &mut PgConnection, run: &Run) -> Result<(), 
     .bind(run.progress.as_ref().map(Json))
     .bind(run.heartbeat_at)
     .bind(Json(&run.instances))
+    .bind(&run.cancelled_by)
     .execute(conn)
     .await?;
     Ok(())

@@ -57,7 +57,7 @@ async fn insert_runs(
              value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, \
              value ->> 12, value ->> 13, value ->> 14, value ->> 15, value ->> 16, value ->> 17, \
              value ->> 18, value ->> 19, value ->> 20, value ->> 21, value ->> 22, value ->> 23, \
-             value ->> 24, value ->> 25, value ->> 26, NULL \
+             value ->> 24, value ->> 25, value ->> 26, NULL, NULL \
              FROM jsonb_each(?) WHERE true ON CONFLICT (id) DO NOTHING"
         ))
         .bind(Value::Array(new).to_string())

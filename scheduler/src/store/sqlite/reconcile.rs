@@ -125,7 +125,7 @@ pub(super) async fn next_attempts(
                       value ->> 3 AS record
                FROM jsonb_each(?1)) AS a
          WHERE runs.id = a.id
-           AND (a.state IS NULL AND runs.state NOT IN ('succeeded', 'dead')
+           AND (a.state IS NULL AND runs.state NOT IN ('succeeded', 'dead', 'cancelled')
                 OR runs.state = a.state)
            AND (a.attempt IS NULL OR runs.attempt = a.attempt)
          RETURNING runs.id",

@@ -343,7 +343,7 @@ async fn record_late_result(
     sqlx::query(
         "UPDATE runs SET history = json_insert(history, '$[#]', json(?2)),
              output = COALESCE(output, ?3)
-         WHERE id = ?1 AND state = 'dead'
+         WHERE id = ?1 AND state IN ('dead', 'cancelled')
            AND NOT EXISTS (SELECT 1 FROM json_each(runs.history) AS h
                            WHERE json_extract(h.value, '$.event') IN ('late_success', 'late_failure')
                              AND json_extract(h.value, '$.attempt') = ?4)",

@@ -103,6 +103,7 @@ pub(super) fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
             .map_err(|e| corrupt(&what, e))?,
         overlap: overlap_policy(&what, &row.try_get::<String, _>("overlap")?)?,
         waiting_for: waiting_for(&state, row.try_get("waiting_for").ok().flatten()),
+        cancelled_by: row.try_get("cancelled_by").ok().flatten(),
     })
 }
 
@@ -114,7 +115,7 @@ pub(super) fn record_text(record: Option<&AttemptRecord>) -> Option<String> {
 /// `n + 1`.
 pub(super) fn expect_sql(n: usize) -> String {
     format!(
-        "(?{n} IS NULL AND state NOT IN ('succeeded', 'dead') OR state = ?{n})
+        "(?{n} IS NULL AND state NOT IN ('succeeded', 'dead', 'cancelled') OR state = ?{n})
          AND (?{m} IS NULL OR attempt = ?{m})",
         m = n + 1
     )
