@@ -21,6 +21,17 @@ use crate::{
     domain::{access::Caller, backfill::BackfillRequest},
 };
 
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/backfill", operation_id = "backfillJob", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id.")),
+    request_body = BackfillRequestBody,
+    responses(
+        (status = 202, description = "The range's fires are recorded and dispatched at the rate.", body = BackfillResponse),
+        (status = 200, description = "A dry run: the range's fires counted, nothing recorded.", body = BackfillResponse),
+        (status = 404, description = "No job with this id (`not_found`).", body = super::error::ErrorBody),
+        (status = 409, description = "`overlap: forbid` and the job has an unfinished run (`job_busy`).", body = super::error::ErrorBody),
+    ),
+)]
 pub(super) async fn backfill(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

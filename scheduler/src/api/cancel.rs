@@ -13,7 +13,7 @@ use crate::domain::{RunState, access::Caller};
 
 /// The answer to a cancel: the run as it now is (with its fire), the state it was
 /// cancelled in, and whether consumers were told.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct CancelResponse {
     /// The run, now `cancelled`.
     #[serde(flatten)]
@@ -25,6 +25,15 @@ pub struct CancelResponse {
     pub notified: bool,
 }
 
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/cancel", operation_id = "cancelRun", tag = "runs",
+    params(("id" = uuid::Uuid, Path, description = "The run id.")),
+    responses(
+        (status = 200, description = "The run, now `cancelled`, the state it was cancelled in, and whether consumers were told.", body = CancelResponse),
+        (status = 404, description = "No run with this id (`not_found`).", body = super::error::ErrorBody),
+        (status = 409, description = "The run already finished (`run_finished`).", body = super::error::ErrorBody),
+    ),
+)]
 pub(super) async fn cancel(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

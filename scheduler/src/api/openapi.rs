@@ -37,7 +37,7 @@ use utoipa::{
 };
 
 use super::{
-    audit,
+    audit, backfill, cancel, run_search,
     batch::{self, BatchErrorBody},
     cluster, consumers, dlq,
     dto::JobRequest,
@@ -67,6 +67,9 @@ pub const PATH: &str = "/v1/openapi.json";
         jobs::resume,
         jobs::trigger,
         runs::list,
+        run_search::search,
+        cancel::cancel,
+        backfill::backfill,
         preview::job,
         preview::schedule,
         runs::get,

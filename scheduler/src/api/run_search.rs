@@ -13,6 +13,11 @@ use super::{
 };
 use crate::domain::access::Caller;
 
+#[utoipa::path(
+    get, path = "/v1/runs", operation_id = "searchRuns", tag = "runs",
+    params(RunSearchQuery),
+    responses((status = 200, description = "A page of runs across jobs, newest fire first.", body = ListResponse<RunResponse>)),
+)]
 pub(super) async fn search(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -25,7 +25,7 @@ pub const MIN_RATE: f64 = 0.01;
 pub const MAX_RATE: f64 = 1000.0;
 
 /// What a backfill does about the job's unfinished runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackfillOverlap {
     /// Record the range's fires whatever else of the job is running.

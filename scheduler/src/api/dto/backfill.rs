@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::backfill::BackfillOverlap;
 
 /// The body of `POST /v1/jobs/{id}/backfill`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackfillRequestBody {
     /// Start of the range, RFC 3339, included.
@@ -24,7 +24,7 @@ pub struct BackfillRequestBody {
 }
 
 /// What a backfill did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BackfillResponse {
     /// The job.
     pub job_id: String,

@@ -9,7 +9,8 @@ use super::{ListQuery, RequestError, parse_run_cursor};
 use crate::domain::{DeliveryMode, RunFilter, RunState, job::validate_name};
 
 /// The query of `GET /v1/runs`. Every parameter is optional; those given must all hold.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RunSearchQuery {
     /// Runs in one of these states, comma-separated (`failed,dead`).
