@@ -174,6 +174,9 @@ pub const HTTP_PANICS: &str = "chime_http_panics_total";
 pub const HTTP_CONNECTIONS_CLOSED: &str = "chime_http_connections_closed_total";
 /// Open HTTP API connections.
 pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
+/// Jobs the scheduler paused itself after consecutive failed runs
+/// (`pause_after_failures`), by `app`.
+pub const JOBS_AUTO_PAUSED: &str = "chime_jobs_auto_paused_total";
 /// Audit entries deleted by retention (older than run_retention).
 pub const AUDIT_PRUNED: &str = "chime_audit_pruned_total";
 /// Audit entries that could not be written (the change they describe stands).
@@ -269,6 +272,10 @@ fn zero_alerting_counters() {
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(FIRES, "Fires recorded, by trigger.");
+    describe_counter!(
+        JOBS_AUTO_PAUSED,
+        "Jobs paused by the scheduler after consecutive failed runs, by app."
+    );
     describe_counter!(
         MISFIRES,
         "Jobs found to have missed fires, by misfire policy."

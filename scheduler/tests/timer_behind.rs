@@ -42,6 +42,7 @@ fn every_second(name: &str, misfire: MisfirePolicy) -> JobSpec {
             misfire,
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
+            pause_after_failures: None,
         },
     }
 }

@@ -33,6 +33,7 @@ fn one_shot(name: &str, at: chrono::DateTime<Utc>, overlap: OverlapPolicy) -> Jo
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap,
+            pause_after_failures: None,
         },
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod audit;
 pub mod consumers;
+pub mod failure_watch;
 pub mod jobs;
 pub mod node;
 pub mod runs;
@@ -17,6 +18,7 @@ pub mod tokens;
 
 pub use audit::{Audit, AuditError};
 pub use consumers::{Consumers, ConsumersError, ConsumersQuery};
+pub use failure_watch::FailureWatch;
 pub use jobs::{Jobs, JobsError};
 pub use node::{ClusterStatus, Node, NodeError, NodeStatus, Readiness};
 pub use runs::{Fire, Runs, RunsError};

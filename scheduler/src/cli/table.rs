@@ -107,7 +107,16 @@ pub fn job_detail(job: &JobResponse) -> String {
         ("misfire", name_of(&s.misfire)),
         ("catch_up_limit", s.catch_up_limit.to_string()),
         ("overlap", name_of(&s.overlap)),
+        (
+            "pause_after_failures",
+            s.pause_after_failures
+                .map_or_else(|| "never".to_string(), |n| n.to_string()),
+        ),
         ("paused", s.paused.to_string()),
+        (
+            "paused_reason",
+            s.paused_reason.clone().unwrap_or_else(|| "-".to_string()),
+        ),
         ("version", job.version.to_string()),
         ("next_fire_at", next_fire(job)),
         ("created_at", job.created_at.clone()),

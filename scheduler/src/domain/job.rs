@@ -190,6 +190,7 @@ impl JobSettings {
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap: super::OverlapPolicy::Allow,
+            pause_after_failures: None,
         }
     }
 }
@@ -221,6 +222,11 @@ pub struct JobSettings {
     pub catch_up_limit: u32,
     /// Whether fires may overlap.
     pub overlap: OverlapPolicy,
+    // -- Pause on failure (issue 38). --
+    /// Pause the job after this many consecutive runs ended `dead` (see
+    /// [`super::failure_pause`]); `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<u32>,
 }
 
 fn default_run_timeout() -> HumanDuration {
@@ -256,6 +262,9 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     /// Last change of the definition or pause state.
     pub updated_at: DateTime<Utc>,
+    /// Why the scheduler paused the job itself (see [`super::failure_pause`]); `None`
+    /// for a running job or one paused by a user. Cleared when the job is resumed.
+    pub paused_reason: Option<String>,
 }
 
 /// The outcome of [`Job::fires_due`].
@@ -402,6 +411,9 @@ impl JobSettings {
                 ),
             ));
         }
+        if let Some(n) = self.pause_after_failures {
+            super::failure_pause::validate(n)?;
+        }
         if !(1..=limits::MAX_CATCH_UP_LIMIT).contains(&self.catch_up_limit) {
             return Err(FieldError::new(
                 "catch_up_limit",
@@ -428,6 +440,7 @@ impl Job {
             next_fire_at,
             created_at: now,
             updated_at: now,
+            paused_reason: None,
         }
     }
 
@@ -438,6 +451,11 @@ impl Job {
         let now = super::schedule::truncate_ms(now);
         let rescheduled = spec.settings.schedule != self.spec.settings.schedule;
         let resumed = self.spec.paused && !spec.paused;
+        // A paused job keeps its reason through edits; resuming clears it.
+        let paused_reason = self
+            .paused_reason
+            .clone()
+            .filter(|_| self.spec.paused && spec.paused);
         let next_fire_at = if reschedules(&self.spec, &spec) {
             match (&spec.settings.schedule, resumed && !rescheduled) {
                 // A one-shot keeps its instant until it has fired.
@@ -454,6 +472,7 @@ impl Job {
             next_fire_at,
             created_at: self.created_at,
             updated_at: now,
+            paused_reason,
         }
     }
 

@@ -7,6 +7,7 @@ pub mod behind;
 pub mod broadcast;
 pub mod cron_schedule;
 pub mod duration;
+pub mod failure_pause;
 pub mod fire_state;
 pub mod job;
 pub mod limits;

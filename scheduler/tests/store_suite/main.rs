@@ -6,6 +6,7 @@
 
 mod audit;
 mod due;
+mod failures;
 mod fire;
 mod import;
 mod jobs;
@@ -70,6 +71,7 @@ fn spec(name: &str, schedule: serde_json::Value) -> JobSpec {
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
+            pause_after_failures: None,
         },
     }
 }
@@ -271,6 +273,7 @@ store_suite!(
         replies::broadcast_replies_are_kept_per_instance,
         jobs::target_groups_lists_each_group_once,
         runs::notes_are_appended_to_a_runs_history_up_to_a_bound,
+        failures::failing_jobs_are_those_whose_newest_finished_runs_all_died,
     ]
 );
 

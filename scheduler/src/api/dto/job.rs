@@ -57,6 +57,10 @@ pub struct JobRequest {
     /// Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    // -- Pause on failure. --
+    /// Pause after this many consecutive dead runs, 1 to 1000; absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<u32>,
 }
 
 /// A retry backoff as a client writes it; a missing field keeps its default.
@@ -115,6 +119,7 @@ impl JobRequest {
             catch_up_limit: Some(s.catch_up_limit),
             overlap: Some(s.overlap.as_str().to_string()),
             paused: Some(spec.paused),
+            pause_after_failures: s.pause_after_failures,
         }
     }
 
@@ -157,6 +162,7 @@ impl JobRequest {
                 .catch_up_limit
                 .unwrap_or(limits::DEFAULT_CATCH_UP_LIMIT),
             overlap: parse_overlap(self.overlap.as_deref())?,
+            pause_after_failures: self.pause_after_failures,
         };
         settings.validate()?;
         let spec = JobSpec {
@@ -285,6 +291,12 @@ pub struct JobResponseSpec {
     pub overlap: OverlapPolicy,
     /// Paused.
     pub paused: bool,
+    /// Pause after this many consecutive dead runs; absent: never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<u32>,
+    /// Why the scheduler paused the job itself; absent unless it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_reason: Option<String>,
 }
 
 impl From<&Job> for JobResponse {
@@ -306,6 +318,8 @@ impl From<&Job> for JobResponse {
                 catch_up_limit: s.catch_up_limit,
                 overlap: s.overlap,
                 paused: job.spec.paused,
+                pause_after_failures: s.pause_after_failures,
+                paused_reason: job.paused_reason.clone(),
             },
             version: job.version,
             next_fire_at: job.next_fire_at.map(timestamp),

@@ -98,7 +98,9 @@ fn job_detail_shows_every_field() {
         "misfire",
         "catch_up_limit",
         "overlap",
+        "pause_after_failures",
         "paused",
+        "paused_reason",
         "version",
     ] {
         assert!(

@@ -18,6 +18,7 @@ fn spec(schedule: ScheduleSpec) -> JobSpec {
             misfire: MisfirePolicy::FireOnce,
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
+            pause_after_failures: None,
         },
     }
 }
