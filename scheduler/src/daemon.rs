@@ -160,11 +160,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         )
         .with_quotas(config.quotas),
     );
-    let failure_watch = FailureWatch::new(
-        jobs.clone(),
-        ownership.clone(),
-        config.reconcile_interval,
-    );
+    let failure_watch =
+        FailureWatch::new(jobs.clone(), ownership.clone(), config.reconcile_interval);
     let state = AppState::new(AppParts {
         tokens: Arc::new(Tokens::new(store.clone(), bootstrap.as_deref())),
         audit: Arc::new(Audit::new(store.clone())),

@@ -87,7 +87,10 @@ async fn a_job_whose_last_runs_died_is_paused_with_its_reason_and_audited() {
     assert!(app.jobs.pause_failing(None).await.unwrap().is_empty());
     let shown = app.get(&path).await.body;
     assert_eq!(shown["paused"], true);
-    let reason = shown["paused_reason"].as_str().expect("a reason").to_string();
+    let reason = shown["paused_reason"]
+        .as_str()
+        .expect("a reason")
+        .to_string();
     assert!(reason.contains("2 consecutive failed runs"), "{reason}");
 
     let trail = app.get("/v1/audit?action=job.pause").await.body;
@@ -101,7 +104,11 @@ async fn a_job_whose_last_runs_died_is_paused_with_its_reason_and_audited() {
     let resumed = app.call(Method::POST, &format!("{path}/resume")).await;
     assert_eq!(resumed.status, StatusCode::OK, "{}", resumed.body);
     assert_eq!(resumed.body["paused"], false);
-    assert!(resumed.body.get("paused_reason").is_none(), "{}", resumed.body);
+    assert!(
+        resumed.body.get("paused_reason").is_none(),
+        "{}",
+        resumed.body
+    );
     assert!(app.jobs.pause_failing(None).await.unwrap().is_empty());
     assert_eq!(app.get(&path).await.body["paused"], false);
 }

@@ -5,7 +5,13 @@ use super::*;
 
 /// A finished run of `job` fired at `fire_time`, recorded at `created`, in `state`.
 fn finished(job: &Job, fire_time: DateTime<Utc>, created: DateTime<Utc>, state: RunState) -> Run {
-    let mut run = Run::new(job.id, fire_time, RunTrigger::Schedule, json!(null), created);
+    let mut run = Run::new(
+        job.id,
+        fire_time,
+        RunTrigger::Schedule,
+        json!(null),
+        created,
+    );
     run.state = state;
     run.finished_at = Some(created + Duration::seconds(1));
     run.due_at = None;
@@ -18,9 +24,7 @@ fn pausing(name: &str, limit: u32, now: DateTime<Utc>) -> Job {
     Job::new(spec, now)
 }
 
-pub(super) async fn failing_jobs_are_those_whose_newest_finished_runs_all_died(
-    store: &dyn Store,
-) {
+pub(super) async fn failing_jobs_are_those_whose_newest_finished_runs_all_died(store: &dyn Store) {
     let now = t("2026-11-21T10:00:00Z");
     let at = |s: i64| now + Duration::seconds(s);
     // Three dead runs in a row, the newest fire last: tripped.
@@ -92,16 +96,17 @@ pub(super) async fn failing_jobs_are_those_whose_newest_finished_runs_all_died(
     let mut resumed_spec = edited.spec.clone();
     resumed_spec.paused = false;
     let resumed = store
-        .update_job(
-            &edited.updated(resumed_spec, at(220)),
-            edited.version,
-            true,
-        )
+        .update_job(&edited.updated(resumed_spec, at(220)), edited.version, true)
         .await
         .unwrap();
     assert_eq!(resumed.paused_reason, None);
     assert_eq!(
-        store.get_job(failing.id).await.unwrap().unwrap().paused_reason,
+        store
+            .get_job(failing.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .paused_reason,
         None
     );
     assert!(store.failing_jobs(None).await.unwrap().is_empty());
