@@ -112,3 +112,24 @@ async fn a_job_whose_last_runs_died_is_paused_with_its_reason_and_audited() {
     assert!(app.jobs.pause_failing(None).await.unwrap().is_empty());
     assert_eq!(app.get(&path).await.body["paused"], false);
 }
+
+/// The import format (`POST /v1/jobs/batch`, what `chimectl job import` sends) takes
+/// the setting too, and refuses a bad one naming the item and field.
+#[tokio::test]
+async fn a_batch_import_takes_pause_after_failures() {
+    let app = TestApp::new().await;
+    let jobs = json!({"jobs": [pausing("imported", json!(4)), hourly("plain-import")]});
+    let answer = app.json(Method::POST, "/v1/jobs/batch", &jobs).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let items = answer.body["items"].as_array().unwrap();
+    assert_eq!(items[0]["pause_after_failures"], 4);
+    assert!(items[1].get("pause_after_failures").is_none());
+
+    let bad = json!({"jobs": [pausing("bad-import", json!(0))]});
+    let answer = app.json(Method::POST, "/v1/jobs/batch", &bad).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    assert_eq!(
+        answer.body["errors"][0]["field"],
+        "jobs[0].pause_after_failures"
+    );
+}
