@@ -16,6 +16,13 @@
 
 use super::{RunState, limits::MAX_PAUSE_AFTER_FAILURES, validation::FieldError};
 
+/// How many runs beyond `pause_after_failures` the stores walk, newest fire first, to
+/// find that many finished runs recorded since the job's last change: the walk stays
+/// bounded for a job with a long history from before its last change. A job with more
+/// runs than this in flight (or recorded before its last change) newer than its
+/// finished ones is judged once they finish.
+pub const WALK_PAST: i64 = 1000;
+
 /// Checks a `pause_after_failures` value: 1 to [`MAX_PAUSE_AFTER_FAILURES`].
 pub fn validate(n: u32) -> Result<(), FieldError> {
     if (1..=MAX_PAUSE_AFTER_FAILURES).contains(&n) {

@@ -9,8 +9,9 @@ use crate::store::{StoreError, decode::run_state};
 
 /// The running jobs of `shards` (`None`: every shard) with `pause_after_failures` set
 /// whose newest finished runs recorded since their last change trip it. One read of
-/// the jobs, then per such job one walk of `runs_by_job`, newest fire first, that stops
-/// after `pause_after_failures` finished runs.
+/// the jobs (through the partial index `jobs_pause_on_failure`), then per such job one
+/// walk of `runs_by_job`, newest fire first, that stops after `pause_after_failures`
+/// finished runs or [`failure_pause::WALK_PAST`] more runs, whichever comes first.
 pub(super) async fn failing_jobs(
     pool: &PgPool,
     shards: Option<&[u32]>,
@@ -33,13 +34,17 @@ pub(super) async fn failing_jobs(
             continue;
         };
         let rows = sqlx::query(
-            "SELECT id, state FROM runs
-             WHERE job_id = $1 AND created_at > $2 AND state IN ('succeeded', 'dead')
+            "SELECT id, state FROM (
+                 SELECT id, state, created_at, fire_time FROM runs WHERE job_id = $1
+                 ORDER BY fire_time DESC, id DESC LIMIT $4
+             ) newest
+             WHERE created_at > $2 AND state IN ('succeeded', 'dead')
              ORDER BY fire_time DESC, id DESC LIMIT $3",
         )
         .bind(job.id)
         .bind(job.updated_at)
         .bind(i64::from(limit))
+        .bind(i64::from(limit) + failure_pause::WALK_PAST)
         .fetch_all(pool)
         .await?;
         let states = rows
