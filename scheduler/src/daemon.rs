@@ -21,7 +21,7 @@ const DLQ_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 
 use crate::{
     api::{self, AppParts, AppState},
-    app::{Audit, Cancellations, Consumers, Jobs, Node, Runs, Tokens},
+    app::{Audit, Cancellations, Consumers, FailureWatch, Jobs, Node, Runs, Tokens},
     broker::{ConfirmedPublisher, GroupDeclarer},
     cluster::{
         DEFAULT_SHARD_COUNT, Membership, Ownership,
@@ -150,21 +150,24 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         Some(path) => Some(admin_token::load_or_create(path)?),
         None => None,
     };
+    let jobs = Arc::new(
+        Jobs::new(
+            store.clone(),
+            ownership.node(),
+            timer_handle.clone(),
+            dispatch.clone(),
+            GroupDeclarer::new(&config.amqp_url),
+        )
+        .with_quotas(config.quotas),
+    );
+    let failure_watch =
+        FailureWatch::new(jobs.clone(), ownership.clone(), config.reconcile_interval);
     let state = AppState::new(AppParts {
         tokens: Arc::new(Tokens::new(store.clone(), bootstrap.as_deref())),
         audit: Arc::new(Audit::new(store.clone())),
         consumers: Arc::new(Consumers::new(store.clone())),
         metrics_need_token: config.metrics_need_token,
-        jobs: Arc::new(
-            Jobs::new(
-                store.clone(),
-                ownership.node(),
-                timer_handle.clone(),
-                dispatch.clone(),
-                GroupDeclarer::new(&config.amqp_url),
-            )
-            .with_quotas(config.quotas),
-        ),
+        jobs,
         runs: Arc::new(Runs::new(store.clone())),
         cancellations: Arc::new(Cancellations::new(
             store.clone(),
@@ -270,6 +273,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     );
     // Every node prunes: the batches are small and skip rows another node is deleting.
     let pruner = supervise("pruner", pruner.run(intake.clone()), &intake, &fatal);
+    // Each node judges the jobs of the shards it owns (see `app::failure_watch`).
+    let failure_watch = supervise(
+        "pause-on-failure watch",
+        failure_watch.run(intake.clone()),
+        &intake,
+        &fatal,
+    );
     let http_stop = intake.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
     let acceptor = tls.as_ref().map(tls::ServerTls::acceptor);
@@ -303,7 +313,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         () = fatal.cancelled() => error!("a core task stopped; shutting down"),
     }
     intake.cancel();
-    let _ = tokio::join!(timer, reconciler, pruner, notices, sampler, http);
+    let _ = tokio::join!(
+        timer,
+        reconciler,
+        pruner,
+        failure_watch,
+        notices,
+        sampler,
+        http
+    );
     if let Some(certificates) = certificates {
         let _ = certificates.await;
     }

@@ -178,6 +178,9 @@ pub const HTTP_CONNECTIONS: &str = "chime_http_connections";
 pub const RUNS_CANCELLED: &str = "chime_runs_cancelled_total";
 /// Cancel notices that could not be published (the runs stay cancelled).
 pub const CANCEL_NOTICE_FAILURES: &str = "chime_cancel_notice_failures_total";
+/// Jobs the scheduler paused itself after consecutive failed runs
+/// (`pause_after_failures`), by `app`.
+pub const JOBS_AUTO_PAUSED: &str = "chime_jobs_auto_paused_total";
 /// Audit entries deleted by retention (older than run_retention).
 pub const AUDIT_PRUNED: &str = "chime_audit_pruned_total";
 /// Audit entries that could not be written (the change they describe stands).
@@ -273,6 +276,10 @@ fn zero_alerting_counters() {
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(FIRES, "Fires recorded, by trigger.");
+    describe_counter!(
+        JOBS_AUTO_PAUSED,
+        "Jobs paused by the scheduler after consecutive failed runs, by app."
+    );
     describe_counter!(
         MISFIRES,
         "Jobs found to have missed fires, by misfire policy."

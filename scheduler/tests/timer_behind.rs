@@ -43,6 +43,7 @@ fn every_second(name: &str, misfire: MisfirePolicy) -> JobSpec {
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
             window: Default::default(),
+            pause_after_failures: None,
         },
     }
 }

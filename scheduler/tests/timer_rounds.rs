@@ -34,6 +34,7 @@ fn one_shot(name: &str, at: chrono::DateTime<Utc>, overlap: OverlapPolicy) -> Jo
             catch_up_limit: 10,
             overlap,
             window: Default::default(),
+            pause_after_failures: None,
         },
     }
 }

@@ -239,6 +239,11 @@ impl Jobs {
         }
     }
 
+    /// The store the jobs are kept in.
+    pub(super) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     /// The same service enforcing `quotas` instead of the defaults.
     pub fn with_quotas(mut self, quotas: Quotas) -> Self {
         self.quotas = quotas;
@@ -618,7 +623,7 @@ impl Jobs {
     /// Runs a change of `job` — `write`, given the store and the change's instant —
     /// through the job-change protocol (see the module documentation), on a task of its
     /// own so that a dropped request cannot stop it halfway.
-    async fn whole_change<T, F, Fut>(&self, job: Uuid, write: F) -> Result<T, JobsError>
+    pub(super) async fn whole_change<T, F, Fut>(&self, job: Uuid, write: F) -> Result<T, JobsError>
     where
         T: Send + 'static,
         F: FnOnce(Arc<dyn Store>, DateTime<Utc>) -> Fut + Send + 'static,

@@ -89,6 +89,10 @@ pub struct JobFlags {
     /// at most 1h); "none" removes it (edit).
     #[arg(long)]
     pub jitter: Option<String>,
+    /// Pause the job after this many consecutive failed (dead) runs, 1 to 1000; 0 turns
+    /// pausing on failure off (the default).
+    #[arg(long, value_name = "N")]
+    pub pause_after_failures: Option<u32>,
 }
 
 /// Flags of `job add`: `--file`, or `--name`, a schedule and `--group`.
@@ -317,6 +321,16 @@ fn insert_scalars(body: &mut Map<String, Value>, f: &JobFlags) -> anyhow::Result
                 body.insert(key.into(), json!(text));
             }
         }
+    }
+    match f.pause_after_failures {
+        // null clears the setting in a PATCH and means "never" in a new job.
+        Some(0) => {
+            body.insert("pause_after_failures".into(), Value::Null);
+        }
+        Some(n) => {
+            body.insert("pause_after_failures".into(), json!(n));
+        }
+        None => {}
     }
     Ok(())
 }

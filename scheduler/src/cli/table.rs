@@ -113,7 +113,16 @@ pub fn job_detail(job: &JobResponse) -> String {
         ("start_at", or_dash(s.start_at.as_deref())),
         ("end_at", or_dash(s.end_at.as_deref())),
         ("jitter", or_dash(s.jitter.as_deref())),
+        (
+            "pause_after_failures",
+            s.pause_after_failures
+                .map_or_else(|| "never".to_string(), |n| n.to_string()),
+        ),
         ("paused", s.paused.to_string()),
+        (
+            "paused_reason",
+            s.paused_reason.clone().unwrap_or_else(|| "-".to_string()),
+        ),
         ("version", job.version.to_string()),
         ("next_fire_at", next_fire(job)),
         ("created_at", job.created_at.clone()),

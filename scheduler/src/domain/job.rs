@@ -193,6 +193,7 @@ impl JobSettings {
             catch_up_limit: 10,
             overlap: super::OverlapPolicy::Allow,
             window: Window::default(),
+            pause_after_failures: None,
         }
     }
 }
@@ -230,6 +231,11 @@ pub struct JobSettings {
     /// When the schedule may fire, and the jitter of each fire.
     #[serde(flatten)]
     pub window: Window,
+    // -- Pause on failure (issue 38). --
+    /// Pause the job after this many consecutive runs ended `dead` (see
+    /// [`super::failure_pause`]); `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<u32>,
 }
 
 fn default_run_timeout() -> HumanDuration {
@@ -265,6 +271,9 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     /// Last change of the definition or pause state.
     pub updated_at: DateTime<Utc>,
+    /// Why the scheduler paused the job itself (see [`super::failure_pause`]); `None`
+    /// for a running job or one paused by a user. Cleared when the job is resumed.
+    pub paused_reason: Option<String>,
 }
 
 /// The outcome of [`Job::fires_due`].
@@ -419,6 +428,9 @@ impl JobSettings {
                 ),
             ));
         }
+        if let Some(n) = self.pause_after_failures {
+            super::failure_pause::validate(n)?;
+        }
         if !(1..=limits::MAX_CATCH_UP_LIMIT).contains(&self.catch_up_limit) {
             return Err(FieldError::new(
                 "catch_up_limit",
@@ -446,6 +458,7 @@ impl Job {
             next_fire_at,
             created_at: now,
             updated_at: now,
+            paused_reason: None,
         }
     }
 
@@ -458,6 +471,11 @@ impl Job {
             || window_moved(&self.spec.settings.window, &spec.settings.window);
         let resumed = self.spec.paused && !spec.paused;
         let window = &spec.settings.window;
+        // A paused job keeps its reason through edits; resuming clears it.
+        let paused_reason = self
+            .paused_reason
+            .clone()
+            .filter(|_| self.spec.paused && spec.paused);
         let next_fire_at = if reschedules(&self.spec, &spec) {
             match (&spec.settings.schedule, resumed && !rescheduled) {
                 // A one-shot keeps its instant until it has fired.
@@ -474,6 +492,7 @@ impl Job {
             next_fire_at,
             created_at: self.created_at,
             updated_at: now,
+            paused_reason,
         }
     }
 

@@ -26,6 +26,9 @@ pub const MAX_ATTEMPTS: u32 = 100;
 pub const DEFAULT_CATCH_UP_LIMIT: u32 = 10;
 /// Largest catch-up bound.
 pub const MAX_CATCH_UP_LIMIT: u32 = 1000;
+/// Largest `pause_after_failures`: a job pauses after at most this many consecutive
+/// failed runs.
+pub const MAX_PAUSE_AFTER_FAILURES: u32 = 1000;
 /// Most items a sharded job's fire is split into.
 pub const MAX_SHARDS: u32 = 1024;
 /// Most zones a zone job lists.

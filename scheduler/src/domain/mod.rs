@@ -9,6 +9,7 @@ pub mod broadcast;
 pub mod cancel;
 pub mod cron_schedule;
 pub mod duration;
+pub mod failure_pause;
 pub mod fire_state;
 pub mod job;
 pub mod limits;

@@ -44,6 +44,13 @@ macro_rules! route_store {
                 jobs::update_job(&self.$writes, job, expected_version, set_next_fire).await
             }
 
+            async fn failing_jobs(
+                &self,
+                shards: Option<&[u32]>,
+            ) -> Result<Vec<$crate::domain::Job>, $crate::store::StoreError> {
+                failures::failing_jobs(&self.$reads, shards).await
+            }
+
             async fn delete_job(&self, id: ::uuid::Uuid) -> Result<bool, $crate::store::StoreError> {
                 jobs::delete_job(&self.$writes, id).await
             }

@@ -162,6 +162,11 @@ pub trait Store: Send + Sync + 'static {
         set_next_fire: bool,
     ) -> Result<Job, StoreError>;
 
+    /// The running jobs of `shards` (`None`: every shard) that pause on failure and
+    /// whose last `pause_after_failures` finished runs recorded since their last change
+    /// all ended `dead` (see [`crate::domain::failure_pause`]): the jobs to pause.
+    async fn failing_jobs(&self, shards: Option<&[u32]>) -> Result<Vec<Job>, StoreError>;
+
     /// Deletes a job and its runs; false if it did not exist.
     async fn delete_job(&self, id: Uuid) -> Result<bool, StoreError>;
 

@@ -9,6 +9,14 @@ macro_rules! job_columns {
     };
 }
 
+/// The job columns both backends read: [`job_columns`] and the ones only the store
+/// writes after creation (`paused_reason`: a new job has none).
+macro_rules! job_read_columns {
+    () => {
+        concat!(job_columns!(), ", paused_reason")
+    };
+}
+
 /// The run columns both backends read and write, in one order.
 macro_rules! run_columns {
     () => {

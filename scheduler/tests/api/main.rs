@@ -13,6 +13,7 @@ mod cluster_health;
 mod consumers;
 mod dlq;
 mod edges;
+mod failure_pause;
 mod jobs;
 mod jobs_service;
 mod listener;

@@ -8,6 +8,7 @@ mod audit;
 mod backfill;
 mod cancel;
 mod due;
+mod failures;
 mod fire;
 mod import;
 mod jobs;
@@ -74,6 +75,7 @@ fn spec(name: &str, schedule: serde_json::Value) -> JobSpec {
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
             window: Default::default(),
+            pause_after_failures: None,
         },
     }
 }
@@ -280,6 +282,7 @@ store_suite!(
         backfill::a_backfill_asking_for_an_idle_job_records_nothing_while_it_is_busy,
         cancel::a_cancelled_run_is_final,
         cancel::a_cancelled_scheduled_run_is_never_published,
+        failures::failing_jobs_are_those_whose_newest_finished_runs_all_died,
     ]
 );
 

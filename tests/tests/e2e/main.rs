@@ -18,6 +18,7 @@ mod dlq_cli;
 mod dlq_peek;
 mod dlq_tools;
 mod duplicates;
+mod failure_pause;
 mod http_edges;
 mod https;
 mod import_cli;

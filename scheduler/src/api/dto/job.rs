@@ -77,6 +77,10 @@ pub struct JobRequest {
     /// Most delay added to each scheduled fire's publish, `0s` to `1h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<String>,
+    // -- Pause on failure. --
+    /// Pause after this many consecutive dead runs, 1 to 1000; absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<u32>,
 }
 
 /// A retry backoff as a client writes it; a missing field keeps its default.
@@ -140,6 +144,7 @@ impl JobRequest {
             start_at,
             end_at,
             jitter,
+            pause_after_failures: s.pause_after_failures,
         }
     }
 
@@ -187,6 +192,7 @@ impl JobRequest {
                 self.end_at.as_deref(),
                 self.jitter.as_deref(),
             )?,
+            pause_after_failures: self.pause_after_failures,
         };
         settings.validate()?;
         let spec = JobSpec {
@@ -328,6 +334,12 @@ pub struct JobResponseSpec {
     /// Most delay added to each scheduled fire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<String>,
+    /// Pause after this many consecutive dead runs; absent: never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<u32>,
+    /// Why the scheduler paused the job itself; absent unless it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_reason: Option<String>,
 }
 
 impl From<&Job> for JobResponse {
@@ -353,6 +365,8 @@ impl From<&Job> for JobResponse {
                 start_at,
                 end_at,
                 jitter,
+                pause_after_failures: s.pause_after_failures,
+                paused_reason: job.paused_reason.clone(),
             },
             version: job.version,
             next_fire_at: job.next_fire_at.map(timestamp),

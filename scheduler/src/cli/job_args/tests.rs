@@ -130,6 +130,8 @@ fn every_field_of_the_api_has_an_add_flag() {
         "2030-02-01T00:00:00Z",
         "--jitter",
         "5s",
+        "--pause-after-failures",
+        "1",
         "--paused",
     ])
     .unwrap();
@@ -206,6 +208,15 @@ fn edit_sends_only_what_the_flags_name() {
     assert_eq!(
         edit(&current, &["--max-attempts", "9", "--overlap", "forbid"]).unwrap(),
         json!({"max_attempts": 9, "overlap": "forbid"})
+    );
+    assert_eq!(
+        edit(&current, &["--pause-after-failures", "3"]).unwrap(),
+        json!({"pause_after_failures": 3})
+    );
+    // 0 turns it off: null clears the field.
+    assert_eq!(
+        edit(&current, &["--pause-after-failures", "0"]).unwrap(),
+        json!({"pause_after_failures": null})
     );
     // A new expression keeps the job's timezone; a new timezone keeps its expression.
     assert_eq!(

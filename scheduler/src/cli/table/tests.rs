@@ -111,7 +111,9 @@ fn job_detail_shows_every_field() {
         "start_at",
         "end_at",
         "jitter",
+        "pause_after_failures",
         "paused",
+        "paused_reason",
         "version",
     ] {
         assert!(

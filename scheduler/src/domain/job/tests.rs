@@ -19,6 +19,7 @@ fn spec(schedule: ScheduleSpec) -> JobSpec {
             catch_up_limit: 10,
             overlap: OverlapPolicy::Allow,
             window: Default::default(),
+            pause_after_failures: None,
         },
     }
 }

@@ -169,7 +169,7 @@ pub(super) async fn fire(
     };
     let jobs = sqlx::query(concat!(
         "SELECT ",
-        job_columns!(),
+        job_read_columns!(),
         " FROM jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE"
     ))
     .bind(&job_ids)

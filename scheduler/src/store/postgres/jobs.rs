@@ -51,7 +51,7 @@ pub(super) async fn insert_job(
 pub(super) async fn get_job(pool: &PgPool, id: Uuid) -> Result<Option<Job>, StoreError> {
     sqlx::query(concat!(
         "SELECT ",
-        job_columns!(),
+        job_read_columns!(),
         " FROM jobs WHERE id = $1"
     ))
     .bind(id)
@@ -65,7 +65,7 @@ pub(super) async fn get_job(pool: &PgPool, id: Uuid) -> Result<Option<Job>, Stor
 pub(super) async fn list_jobs(pool: &PgPool, page: &JobPage) -> Result<Vec<Job>, StoreError> {
     sqlx::query(concat!(
         "SELECT ",
-        job_columns!(),
+        job_read_columns!(),
         " FROM jobs WHERE ($1::text IS NULL OR app = $1) AND ($2::uuid IS NULL OR id > $2)
           AND ($4::text[] IS NULL OR app = ANY($4)) ORDER BY id LIMIT $3"
     ))
@@ -97,9 +97,10 @@ pub(super) async fn update_job(
     let updated = sqlx::query(concat!(
         "UPDATE jobs SET app = $1, name = $2, settings = $3, paused = $4, version = $5,
              next_fire_at = CASE WHEN $6 THEN $7 ELSE next_fire_at END,
-             due_bound = CASE WHEN $6 THEN $7 ELSE due_bound END, updated_at = $8
+             due_bound = CASE WHEN $6 THEN $7 ELSE due_bound END, updated_at = $8,
+             paused_reason = $11
          WHERE id = $9 AND version = $10 RETURNING ",
-        job_columns!()
+        job_read_columns!()
     ))
     .bind(&job.spec.app)
     .bind(&job.spec.name)
@@ -111,6 +112,7 @@ pub(super) async fn update_job(
     .bind(job.updated_at)
     .bind(job.id)
     .bind(expected_version)
+    .bind(&job.paused_reason)
     .fetch_optional(&mut *tx)
     .await;
     match updated {
@@ -143,7 +145,7 @@ pub(super) async fn update_job(
                         "UPDATE jobs SET next_fire_at = LEAST(next_fire_at, $2),
                              due_bound = LEAST(due_bound, $2)
                          WHERE id = $1 RETURNING ",
-                        job_columns!()
+                        job_read_columns!()
                     ))
                     .bind(job.id)
                     .bind(earliest)

@@ -7,6 +7,7 @@
 
 mod audit;
 pub mod cluster;
+mod failures;
 mod fire;
 mod jobs;
 mod presence;

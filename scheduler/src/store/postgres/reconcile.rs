@@ -137,7 +137,7 @@ pub(super) async fn overdue_runs(
         .collect();
     let jobs = sqlx::query(concat!(
         "SELECT ",
-        job_columns!(),
+        job_read_columns!(),
         " FROM jobs WHERE id = ANY($1)"
     ))
     .bind(&job_ids)

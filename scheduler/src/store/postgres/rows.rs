@@ -35,6 +35,7 @@ pub(super) fn job_from_row(row: &PgRow) -> Result<Job, StoreError> {
         next_fire_at: row.try_get("next_fire_at")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        paused_reason: row.try_get("paused_reason")?,
     })
 }
 

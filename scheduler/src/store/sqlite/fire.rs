@@ -116,7 +116,7 @@ pub(super) async fn fire(
     let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
     let jobs = sqlx::query(concat!(
         "SELECT ",
-        job_columns!(),
+        job_read_columns!(),
         " FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
     ))
     .bind(&ids)

@@ -33,7 +33,7 @@ pub(super) async fn insert_job(writer: &SqlitePool, job: &Job) -> Result<(), Sto
 pub(super) async fn get_job(readers: &SqlitePool, id: Uuid) -> Result<Option<Job>, StoreError> {
     sqlx::query(concat!(
         "SELECT ",
-        job_columns!(),
+        job_read_columns!(),
         " FROM jobs WHERE id = ?"
     ))
     .bind(id.to_string())
@@ -50,7 +50,7 @@ pub(super) async fn list_jobs(
 ) -> Result<Vec<Job>, StoreError> {
     sqlx::query(concat!(
         "SELECT ",
-        job_columns!(),
+        job_read_columns!(),
         " FROM jobs WHERE (?1 IS NULL OR app = ?1) AND (?2 IS NULL OR id > ?2)
            AND (?4 IS NULL OR app IN (SELECT value FROM json_each(?4))) ORDER BY id LIMIT ?3"
     ))
@@ -85,9 +85,9 @@ pub(super) async fn update_job(
     let becomes_forbid = update_plan::becomes_forbid(job, stored_overlap.as_deref());
     let updated = sqlx::query(concat!(
         "UPDATE jobs SET app = ?, name = ?, settings = ?, paused = ?, version = ?, \
-         next_fire_at = CASE WHEN ? THEN ? ELSE next_fire_at END, updated_at = ? \
-         WHERE id = ? AND version = ? RETURNING ",
-        job_columns!()
+         next_fire_at = CASE WHEN ? THEN ? ELSE next_fire_at END, updated_at = ?, \
+         paused_reason = ? WHERE id = ? AND version = ? RETURNING ",
+        job_read_columns!()
     ))
     .bind(&job.spec.app)
     .bind(&job.spec.name)
@@ -97,6 +97,7 @@ pub(super) async fn update_job(
     .bind(set_next_fire)
     .bind(opt_ms(job.next_fire_at))
     .bind(ms(job.updated_at))
+    .bind(&job.paused_reason)
     .bind(job.id.to_string())
     .bind(expected_version)
     .fetch_optional(&mut *tx)
@@ -135,7 +136,7 @@ pub(super) async fn update_job(
                          WHEN next_fire_at IS NULL OR next_fire_at > ?2 THEN ?2
                          ELSE next_fire_at END
                      WHERE id = ?1 RETURNING ",
-                    job_columns!()
+                    job_read_columns!()
                 ))
                 .bind(job.id.to_string())
                 .bind(earliest)

@@ -8,6 +8,7 @@
 //! (`store/delegate.rs`).
 
 mod audit;
+mod failures;
 mod fire;
 mod jobs;
 mod presence;

@@ -86,7 +86,7 @@ pub(super) async fn overdue_runs(
     let job_ids: HashSet<Uuid> = runs.iter().map(|run| run.job_id).collect();
     let jobs = sqlx::query(concat!(
         "SELECT ",
-        job_columns!(),
+        job_read_columns!(),
         " FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
     ))
     .bind(serde_json::to_string(&job_ids).expect("uuids serialise"))

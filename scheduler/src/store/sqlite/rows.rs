@@ -59,6 +59,7 @@ pub(super) fn job_from_row(row: &SqliteRow) -> Result<Job, StoreError> {
         next_fire_at: opt_instant(&what, row.try_get("next_fire_at")?)?,
         created_at: instant(&what, row.try_get("created_at")?)?,
         updated_at: instant(&what, row.try_get("updated_at")?)?,
+        paused_reason: row.try_get("paused_reason")?,
     })
 }
 
