@@ -85,9 +85,7 @@ impl ErrorCode {
             ErrorCode::DuplicateName
             | ErrorCode::VersionConflict
             | ErrorCode::JobBusy
-            | ErrorCode::RunFinished => {
-                StatusCode::CONFLICT
-            }
+            | ErrorCode::RunFinished => StatusCode::CONFLICT,
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }

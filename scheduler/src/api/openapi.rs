@@ -37,12 +37,12 @@ use utoipa::{
 };
 
 use super::{
-    audit, backfill, cancel, run_search,
+    audit, backfill,
     batch::{self, BatchErrorBody},
-    cluster, consumers, dlq,
+    cancel, cluster, consumers, dlq,
     dto::JobRequest,
     error::{ApiError, ErrorBody},
-    health, jobs, preview, runs, tokens,
+    health, jobs, preview, run_search, runs, tokens,
 };
 use crate::domain::access::{Action, Caller};
 

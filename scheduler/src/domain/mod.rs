@@ -26,8 +26,8 @@ pub mod schedule;
 pub mod shard;
 pub mod timestamp;
 pub mod validation;
-pub mod wire_schema;
 pub mod window;
+pub mod wire_schema;
 
 pub use fire_state::FireState;
 pub use job::{DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, Target};
