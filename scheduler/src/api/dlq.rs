@@ -80,7 +80,7 @@ pub(super) async fn replay(
     body: Body,
 ) -> Result<Json<ReplayReport>, ApiError> {
     let bytes = read_body(body, state.body_limit()).await?;
-    let request: ReplayRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
+    let request: ReplayRequest = if super::body::is_blank(&bytes) {
         ReplayRequest::default()
     } else {
         parse_json(&bytes)?
