@@ -90,7 +90,8 @@ impl fmt::Display for RunState {
     }
 }
 
-/// Why a `dispatched` run's ack deadline was moved on without using an attempt.
+/// What an unfinished run waits for: a consumer (`dispatched`), or its job's previous
+/// run (`scheduled`, overlap `buffer_one`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitingFor {

@@ -6,6 +6,7 @@ mod api_fuzz;
 mod at_least_once;
 mod bad_input;
 mod bench;
+mod buffer_one;
 mod cli;
 mod consumers;
 mod crash;
