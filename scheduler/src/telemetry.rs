@@ -102,6 +102,9 @@ pub const REPUBLISHES: &str = "chime_republishes_total";
 /// `reason="takeover_answered"`: runs taken over from a dead node answered while the new
 /// owner waited for their acks.
 pub const REPUBLISHES_WITHHELD: &str = "chime_republishes_withheld_total";
+/// Held fires of overlap `buffer_one` jobs released by the reconciler once their job's
+/// previous run finished (then published as overdue `scheduled` runs).
+pub const HELD_RELEASED: &str = "chime_held_fires_released_total";
 /// 1 while a group's work queue (`queue`: the group's or a zone's) is known to have no
 /// consumer and runs wait in it; 0 once it has one again (see `crate::reconcile`).
 pub const GROUP_WITHOUT_CONSUMER: &str = "chime_group_without_consumer";
@@ -351,6 +354,10 @@ fn describe() {
     describe_counter!(
         REPUBLISHES_WITHHELD,
         "Overdue runs not acted on because their confirm was still to be written or their reply may still be queued, by reason."
+    );
+    describe_counter!(
+        HELD_RELEASED,
+        "Held fires of overlap buffer_one jobs released once their previous run finished."
     );
     describe_gauge!(
         GROUP_WITHOUT_CONSUMER,

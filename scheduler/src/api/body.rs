@@ -36,7 +36,9 @@ pub async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, Ap
 /// return), which actions with optional arguments take as "no arguments". Other ASCII
 /// whitespace (form feed, vertical tab) is not JSON and is refused as invalid JSON.
 pub fn is_blank(bytes: &[u8]) -> bool {
-    bytes.iter().all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    bytes
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
 }
 
 /// Reads the whole body of an action that takes no arguments (pause, resume, trigger)

@@ -71,8 +71,8 @@ pub struct JobFlags {
     /// Most missed fires catch_up replays (default 10).
     #[arg(long)]
     pub catch_up_limit: Option<u32>,
-    /// Overlap policy: allow (default) or forbid (skip a fire while the last run is
-    /// unfinished).
+    /// Overlap policy: allow (default), forbid (skip a fire while the last run is
+    /// unfinished) or buffer_one (hold one such fire until it finished, skip the rest).
     #[arg(long)]
     pub overlap: Option<String>,
 

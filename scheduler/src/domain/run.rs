@@ -107,13 +107,18 @@ impl fmt::Display for RunState {
     }
 }
 
-/// Why a `dispatched` run's ack deadline was moved on without using an attempt.
+/// What an unfinished run waits for: a consumer (`dispatched`), or its job's previous
+/// run (`scheduled`, overlap `buffer_one`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitingFor {
     /// Its work queue had no consumer when the ack deadline passed: the task waits in
     /// the queue for one.
     Consumer,
+    /// `scheduled` only: a fire of an overlap `buffer_one` job held until the job has no
+    /// other unfinished run; it is not published before (see
+    /// [`super::OverlapPolicy::BufferOne`]).
+    Previous,
 }
 
 impl WaitingFor {
@@ -121,21 +126,30 @@ impl WaitingFor {
     pub fn as_str(self) -> &'static str {
         match self {
             WaitingFor::Consumer => "consumer",
+            WaitingFor::Previous => "previous",
         }
     }
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Self> {
-        (name == "consumer").then_some(WaitingFor::Consumer)
+        match name {
+            "consumer" => Some(WaitingFor::Consumer),
+            "previous" => Some(WaitingFor::Previous),
+            _ => None,
+        }
     }
 
-    /// What a run in `state` read with `stored` waits for: only a `dispatched` run
-    /// waits (the stores clear the column when a run is dispatched again, and any other
-    /// state means the wait is over).
+    /// What a run in `state` read with `stored` waits for: a `dispatched` run for a
+    /// consumer, a `scheduled` one for its job's previous run (the stores clear the
+    /// column when a run is dispatched again, and any other state means the wait is
+    /// over).
     pub fn of(state: RunState, stored: Option<&str>) -> Option<Self> {
-        (state == RunState::Dispatched)
-            .then(|| stored.and_then(Self::parse))
-            .flatten()
+        let wait = stored.and_then(Self::parse)?;
+        match (state, wait) {
+            (RunState::Dispatched, WaitingFor::Consumer)
+            | (RunState::Scheduled, WaitingFor::Previous) => Some(wait),
+            _ => None,
+        }
     }
 }
 
@@ -271,8 +285,9 @@ pub struct Run {
     /// `broadcast` mode: what each consumer instance did with the current and earlier
     /// attempts (one entry per instance, its latest attempt).
     pub instances: Vec<InstanceReceipt>,
-    /// `dispatched` only: why its ack deadline was moved on without using an attempt
-    /// (its queue had no consumer). None otherwise.
+    /// `dispatched`: why its ack deadline was moved on without using an attempt (its
+    /// queue had no consumer); `scheduled`: a held `buffer_one` fire waiting for the
+    /// job's previous run. None otherwise.
     pub waiting_for: Option<WaitingFor>,
     /// `cancelled` only: who cancelled it (the API token's name); `finished_at` says when.
     pub cancelled_by: Option<String>,

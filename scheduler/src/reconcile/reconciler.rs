@@ -12,7 +12,7 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{
     attempts::{self, Advance},
@@ -92,11 +92,44 @@ impl Reconciler {
         let result = if shards.is_some_and(<[u32]>::is_empty) {
             Ok(())
         } else {
-            self.walk(kind, shards, now, unconfirmed, &mut waiting, &mut report)
-                .await
+            // Not in a start-up or takeover pass: there a released fire whose time is
+            // long past would be judged by the misfire policy as if left behind.
+            let release = matches!(kind, PassKind::Periodic | PassKind::FirstProbe);
+            match self.release_held(release, now, &mut report).await {
+                Ok(()) => {
+                    self.walk(kind, shards, now, unconfirmed, &mut waiting, &mut report)
+                        .await
+                }
+                Err(e) => Err(e),
+            }
         };
         self.consumers.after_pass(waiting).await;
         result.map(|()| report)
+    }
+
+    /// Releases (if `release`) the held `buffer_one` fires whose job's previous run
+    /// finished, already as overdue as a `scheduled` run the pass re-publishes (whatever
+    /// node holds the job's shard publishes it; releasing is idempotent, so every node
+    /// may do it).
+    async fn release_held(
+        &self,
+        release: bool,
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        if !release {
+            return Ok(());
+        }
+        let republish_after = chrono::Duration::from_std(self.settings.republish_after)
+            .unwrap_or_else(|_| chrono::Duration::zero());
+        let due_at = now - republish_after - chrono::Duration::milliseconds(1);
+        let released = self.store.release_held(due_at).await? as usize;
+        if released > 0 {
+            metrics::counter!(telemetry::HELD_RELEASED).increment(released as u64);
+            debug!(released, "released held buffer_one fires");
+        }
+        report.released += released;
+        Ok(())
     }
 
     /// The pages of a pass (see [`Self::pass`]); the queues whose runs waited for a

@@ -25,6 +25,9 @@ pub struct PassReport {
     pub waiting_for_consumer: usize,
     /// Dead letters published and confirmed.
     pub dead_lettered: usize,
+    /// Held `buffer_one` fires released because their job's previous run finished
+    /// (published as overdue `scheduled` runs in the same pass).
+    pub released: usize,
 }
 
 impl PassReport {

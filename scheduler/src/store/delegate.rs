@@ -219,6 +219,13 @@ macro_rules! route_store {
                 reconcile::await_consumer(&self.$writes, runs, now).await
             }
 
+            async fn release_held(
+                &self,
+                due_at: ::chrono::DateTime<::chrono::Utc>,
+            ) -> Result<u64, $crate::store::StoreError> {
+                reconcile::release_held(&self.$writes, due_at).await
+            }
+
             async fn live_zones(
                 &self,
                 since: ::chrono::DateTime<::chrono::Utc>,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::types::{FireBatch, Firing, Misfire};
 use crate::domain::{
-    DeliveryMode, DueTask, Job, LiveZones, OverlapPolicy, Run, misfire::collapsed_fires,
+    DeliveryMode, DueTask, Job, LiveZones, Run, WaitingFor, misfire::collapsed_fires,
 };
 
 /// How far back a presence message counts: consumers seen since then are live.
@@ -21,6 +21,16 @@ pub fn live_since(now: DateTime<Utc>) -> DateTime<Utc> {
 pub fn needs_live_zones(job: &Job) -> bool {
     let target = &job.spec.settings.target;
     target.mode == DeliveryMode::Zone && target.zones.is_none()
+}
+
+/// The jobs of a fire batch with unfinished runs (read only for jobs whose overlap
+/// policy waits, see [`waiting_jobs`]).
+#[derive(Debug, Default)]
+pub(crate) struct Busy {
+    /// Jobs with an unfinished run.
+    pub running: HashSet<Uuid>,
+    /// Those among them with a held `buffer_one` fire (`waiting_for: previous`).
+    pub held: HashSet<Uuid>,
 }
 
 /// A fire transaction's plan: runs to insert and next fire times to write.
@@ -41,24 +51,25 @@ impl FirePlanBatch {
 
     /// What the fire did, once the runs in `inserted` were recorded (the others were
     /// recorded before) and the jobs in `fenced` were left out for want of a lease.
+    /// Held runs (`waiting_for: previous`) are recorded but not handed on to publish.
     pub fn into_batch(self, inserted: &HashSet<Uuid>, fenced: Vec<Uuid>) -> FireBatch {
         let mut batch = self.batch;
         batch.fenced = fenced;
         batch.recorded = self
             .runs
             .into_iter()
-            .filter(|(run, _)| inserted.contains(&run.id))
+            .filter(|(run, _)| inserted.contains(&run.id) && run.waiting_for.is_none())
             .map(|(_, task)| task)
             .collect();
         batch
     }
 }
 
-/// The jobs among `jobs` whose fires wait for their unfinished runs (overlap `forbid`):
-/// only for these does a fire transaction read the runs.
-pub(crate) fn forbidding_jobs(jobs: &[Job]) -> Vec<Uuid> {
+/// The jobs among `jobs` whose fires wait for their unfinished runs (overlap `forbid`
+/// or `buffer_one`): only for these does a fire transaction read the runs.
+pub(crate) fn waiting_jobs(jobs: &[Job]) -> Vec<Uuid> {
     jobs.iter()
-        .filter(|job| job.spec.settings.overlap == OverlapPolicy::Forbid)
+        .filter(|job| job.spec.settings.overlap.waits())
         .map(|job| job.id)
         .collect()
 }
@@ -70,13 +81,16 @@ pub(crate) fn needs_any_live_zones(jobs: &[Job]) -> bool {
 
 /// Runs the locked job rows through [`Job::fires_due`]; shared by both backends' fire
 /// transactions. `requested` ids with no row (deleted jobs) leave the timer. Jobs in
-/// `busy` have an unfinished run: if their overlap policy is `forbid`, their due fires
-/// are skipped (the schedule still advances). Fires are armed `firing.ahead` of time,
-/// except for `forbid` jobs; runs are stamped with `firing.node`.
+/// `busy` have an unfinished run: their overlap policy decides which due fires become
+/// runs ([`crate::domain::OverlapPolicy::admits`]): `forbid` skips them, `buffer_one`
+/// records one held run (`waiting_for: previous`, no `due_at`, not published) unless
+/// one is held already; skipped fires are counted and the schedule still advances.
+/// Fires are armed `firing.ahead` of time, except for jobs whose policy waits; runs are
+/// stamped with `firing.node`.
 pub(crate) fn plan_batch(
     requested: &[Uuid],
     jobs: &[Job],
-    busy: &HashSet<Uuid>,
+    busy: &Busy,
     now: DateTime<Utc>,
     grace: Duration,
     firing: &Firing,
@@ -89,17 +103,22 @@ pub(crate) fn plan_batch(
         batch: FireBatch::default(),
     };
     for job in jobs {
-        let forbid = job.spec.settings.overlap == OverlapPolicy::Forbid;
-        let until = if forbid { now } else { now + firing.ahead };
-        if forbid {
+        let overlap = job.spec.settings.overlap;
+        let until = if overlap.waits() {
+            now
+        } else {
+            now + firing.ahead
+        };
+        if overlap.waits() {
             plan.batch.unarmed.push(job.id);
         }
         let mut fires = job.fires_due(now, until, grace, live);
         if fires.runs.is_empty() && fires.fire_times > 0 && needs_live_zones(job) {
             plan.batch.skipped_no_zone.push(job.id);
         }
-        if !fires.runs.is_empty() && forbid && busy.contains(&job.id) {
-            fires.runs.clear();
+        let (dispatched, held) =
+            overlap.admits(busy.running.contains(&job.id), busy.held.contains(&job.id));
+        if admit(&mut fires.runs, dispatched, held) {
             plan.batch.skipped_overlap.push(job.id);
         }
         if let Some(due) = job
@@ -137,12 +156,36 @@ pub(crate) fn plan_batch(
     plan
 }
 
+/// Keeps the runs of the first `dispatched` fire times of `runs` (in fire time order;
+/// a fire may have several runs, one per item), then holds those of the next `held`
+/// fire times (`waiting_for: previous`, no `due_at`), and drops the rest. Returns
+/// whether any fire was dropped.
+fn admit(runs: &mut Vec<Run>, dispatched: usize, held: usize) -> bool {
+    let mut times: Vec<DateTime<Utc>> = runs.iter().map(|run| run.fire_time).collect();
+    times.sort();
+    times.dedup();
+    let kept = dispatched.saturating_add(held);
+    if times.len() <= dispatched {
+        return false;
+    }
+    let dropped = times.len() > kept;
+    runs.retain_mut(|run| {
+        let index = times.partition_point(|t| *t < run.fire_time);
+        if index >= dispatched && index < kept {
+            run.waiting_for = Some(WaitingFor::Previous);
+            run.due_at = None;
+        }
+        index < kept
+    });
+    dropped
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Timelike};
 
     use super::*;
-    use crate::domain::{DeliveryMode, JobSettings, JobSpec, MisfirePolicy};
+    use crate::domain::{DeliveryMode, JobSettings, JobSpec, MisfirePolicy, OverlapPolicy};
 
     fn job(overlap: OverlapPolicy, now: DateTime<Utc>) -> Job {
         let mut settings = JobSettings::every_second(DeliveryMode::Group, 3);
@@ -174,7 +217,7 @@ mod tests {
         let plan = plan_batch(
             &[job.id],
             std::slice::from_ref(&job),
-            &HashSet::new(),
+            &Busy::default(),
             now(),
             Duration::seconds(60),
             &firing(Duration::zero()),
@@ -193,7 +236,10 @@ mod tests {
     #[test]
     fn a_busy_forbid_job_skips_its_fire_and_is_not_armed() {
         let job = job(OverlapPolicy::Forbid, now());
-        let busy = HashSet::from([job.id]);
+        let busy = Busy {
+            running: HashSet::from([job.id]),
+            held: HashSet::new(),
+        };
         let plan = plan_batch(
             &[job.id],
             std::slice::from_ref(&job),
@@ -206,7 +252,7 @@ mod tests {
         assert!(plan.runs.is_empty());
         assert_eq!(plan.batch.skipped_overlap, vec![job.id]);
         assert_eq!(plan.batch.unarmed, vec![job.id]);
-        assert_eq!(forbidding_jobs(std::slice::from_ref(&job)), vec![job.id]);
+        assert_eq!(waiting_jobs(std::slice::from_ref(&job)), vec![job.id]);
     }
 
     #[test]
@@ -220,7 +266,7 @@ mod tests {
         let plan = plan_batch(
             &[job.id],
             std::slice::from_ref(&job),
-            &HashSet::new(),
+            &Busy::default(),
             late_now,
             Duration::seconds(5),
             &firing(Duration::seconds(2)),
@@ -244,7 +290,7 @@ mod tests {
         let plan = plan_batch(
             &[job.id],
             std::slice::from_ref(&job),
-            &HashSet::new(),
+            &Busy::default(),
             early,
             Duration::seconds(5),
             &firing(Duration::seconds(2)),
@@ -261,7 +307,7 @@ mod tests {
         let plan = plan_batch(
             &[job.id, gone],
             std::slice::from_ref(&job),
-            &HashSet::new(),
+            &Busy::default(),
             now(),
             Duration::seconds(60),
             &firing(Duration::zero()),
@@ -272,5 +318,78 @@ mod tests {
         assert!(batch.next_fire.contains(&(gone, None)));
         assert_eq!(batch.recorded.len(), 1);
         assert_eq!(batch.recorded[0].task_id, first);
+    }
+
+    #[test]
+    fn a_busy_buffer_one_job_holds_one_fire_then_skips() {
+        let mut job = job(OverlapPolicy::BufferOne, now());
+        // One fire due.
+        job.next_fire_at = Some(now());
+        let mut busy = Busy {
+            running: HashSet::from([job.id]),
+            held: HashSet::new(),
+        };
+        let fire = |busy: &Busy| {
+            plan_batch(
+                &[job.id],
+                std::slice::from_ref(&job),
+                busy,
+                now(),
+                Duration::seconds(60),
+                &firing(Duration::seconds(5)),
+                &LiveZones::default(),
+            )
+        };
+        let plan = fire(&busy);
+        assert_eq!(plan.runs.len(), 1, "one fire is held");
+        let held = plan.runs().next().expect("a held run");
+        assert_eq!(held.waiting_for, Some(WaitingFor::Previous));
+        assert_eq!(held.due_at, None, "the reconciler leaves a held run alone");
+        assert!(plan.batch.skipped_overlap.is_empty());
+        assert_eq!(plan.batch.unarmed, vec![job.id]);
+        let id = held.id;
+        let batch = plan.into_batch(&HashSet::from([id]), vec![]);
+        assert!(batch.recorded.is_empty(), "a held run is not published");
+
+        busy.held.insert(job.id);
+        let plan = fire(&busy);
+        assert!(plan.runs.is_empty());
+        assert_eq!(plan.batch.skipped_overlap, vec![job.id]);
+
+        // Idle: the fire goes out as usual.
+        let plan = fire(&Busy::default());
+        assert_eq!(plan.runs.len(), 1);
+        assert!(plan.runs().all(|run| run.waiting_for.is_none()));
+    }
+
+    #[test]
+    fn admitting_fires_keeps_whole_fire_times() {
+        let job = job(OverlapPolicy::BufferOne, now());
+        let run = |second: i64, shard: u32| {
+            Run::new(
+                job.id,
+                now() + Duration::seconds(second),
+                crate::domain::RunTrigger::Schedule,
+                serde_json::Value::Null,
+                now(),
+            )
+            .item(DeliveryMode::Group, shard, 2, None)
+        };
+        // Three fire times of two items each, idle: the first goes out, the second is
+        // held, the third is skipped.
+        let mut runs: Vec<Run> = (0..3).flat_map(|s| [run(s, 0), run(s, 1)]).collect();
+        assert!(admit(&mut runs, 1, 1));
+        assert_eq!(runs.len(), 4);
+        assert!(runs[..2].iter().all(|r| r.waiting_for.is_none()));
+        assert!(
+            runs[2..]
+                .iter()
+                .all(|r| r.waiting_for == Some(WaitingFor::Previous) && r.due_at.is_none())
+        );
+        let mut runs = vec![run(0, 0)];
+        assert!(!admit(&mut runs, usize::MAX, 0));
+        assert_eq!(runs.len(), 1);
+        assert!(admit(&mut runs, 0, 0));
+        assert!(runs.is_empty());
     }
 }

@@ -325,6 +325,12 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<HashSet<Uuid>, StoreError>;
 
+    /// Releases the held `buffer_one` fires ([`crate::domain::WaitingFor::Previous`])
+    /// whose job has no other unfinished run: they stay `scheduled` with `due_at` set to
+    /// `due_at` and no longer wait, so the reconciler publishes them as overdue. A run
+    /// released already is left as it is. Returns how many it released.
+    async fn release_held(&self, due_at: DateTime<Utc>) -> Result<u64, StoreError>;
+
     /// The zones whose consumers sent a presence message since `since`, by group.
     async fn live_zones(&self, since: DateTime<Utc>) -> Result<LiveZones, StoreError>;
 

@@ -44,11 +44,21 @@ macro_rules! unfinished_runs {
     };
 }
 
-/// The runs a fire of an overlap-`forbid` job waits for: unfinished runs recorded under
-/// `forbid`. The same predicate as the `runs_unfinished` partial index (PostgreSQL
-/// migration 0009, SQLite 0008), verbatim, so both backends read through it.
+/// The runs a fire of an overlap-`forbid` or `buffer_one` job waits for: unfinished runs
+/// recorded under either. The same predicate as the `runs_unfinished` partial index
+/// (PostgreSQL migration 0018, SQLite 0017), verbatim, so both backends read through it.
 macro_rules! forbidding_runs {
     () => {
-        concat!("overlap = 'forbid' AND ", unfinished_runs!())
+        concat!(
+            "overlap IN ('forbid', 'buffer_one') AND ",
+            unfinished_runs!()
+        )
+    };
+}
+
+/// Whether a run read by [`forbidding_runs`] is a held `buffer_one` fire.
+macro_rules! held_run {
+    () => {
+        "waiting_for = 'previous'"
     };
 }

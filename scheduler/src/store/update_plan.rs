@@ -8,12 +8,16 @@ use uuid::Uuid;
 use super::StoreError;
 use crate::domain::{Job, OverlapPolicy};
 
-/// Whether `job` turns overlap `forbid` on, given the stored job's overlap policy
-/// (`None`: no stored job, or no policy recorded). Its unfinished runs were then
-/// recorded under `allow`, and from now on its fires must wait for them too.
+/// Whether `job` turns a waiting overlap policy (`forbid`, `buffer_one`) on, given the
+/// stored job's overlap policy (`None`: no stored job, or no policy recorded). Its
+/// unfinished runs were then recorded under `allow`, and from now on its fires must
+/// wait for them too (the store marks them `forbid`, which fires of either policy wait
+/// for).
 pub(crate) fn becomes_forbid(job: &Job, stored_overlap: Option<&str>) -> bool {
-    job.spec.settings.overlap == OverlapPolicy::Forbid
-        && stored_overlap != Some(OverlapPolicy::Forbid.as_str())
+    job.spec.settings.overlap.waits()
+        && !stored_overlap
+            .and_then(OverlapPolicy::parse)
+            .is_some_and(OverlapPolicy::waits)
 }
 
 /// Where the job's next fire time moves back to after the fires armed ahead at
@@ -68,6 +72,7 @@ mod tests {
         assert!(becomes_forbid(&job, Some("allow")));
         assert!(becomes_forbid(&job, None));
         assert!(!becomes_forbid(&job, Some("forbid")));
+        assert!(!becomes_forbid(&job, Some("buffer_one")));
     }
 
     #[test]

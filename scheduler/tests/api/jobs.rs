@@ -436,3 +436,29 @@ async fn trigger_zone_job_without_live_zones_is_503_and_records_nothing() {
     let runs = app.get(&format!("{path}/runs")).await;
     assert_eq!(runs.body["items"], json!([]));
 }
+
+#[tokio::test]
+async fn overlap_buffer_one_is_taken_and_an_unknown_policy_lists_it() {
+    let app = TestApp::new().await;
+    let mut body = hourly("buffered");
+    body["overlap"] = json!("buffer_one");
+    let job = app.create(&body).await;
+    assert_eq!(job["overlap"], "buffer_one");
+    let path = format!("/v1/jobs/{}", id(&job));
+    let back = app
+        .json(Method::PATCH, &path, &json!({"overlap": "forbid"}))
+        .await;
+    assert_eq!(back.status, StatusCode::OK, "{}", back.body);
+    assert_eq!(back.body["overlap"], "forbid");
+
+    body["overlap"] = json!("buffer");
+    let answer = app.json(Method::POST, "/v1/jobs", &body).await;
+    answer
+        .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
+        .assert_field("overlap");
+    assert!(
+        answer.body.to_string().contains("buffer_one"),
+        "the error lists the policies: {}",
+        answer.body
+    );
+}

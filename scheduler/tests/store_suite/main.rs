@@ -273,6 +273,8 @@ store_suite!(
         reconcile::a_late_result_for_a_dead_run_is_noted_in_its_history,
         overlap::overlap_forbid_skips_fires_while_a_run_is_unfinished,
         overlap::a_job_changed_to_forbid_waits_for_runs_recorded_before,
+        overlap::overlap_buffer_one_holds_one_fire_until_the_run_finishes,
+        overlap::a_job_changed_to_buffer_one_holds_behind_runs_recorded_before,
         due::queries_filter_by_shard,
         fire::sharded_and_zone_fires_record_one_run_per_item,
         replies::broadcast_replies_are_kept_per_instance,

@@ -7,6 +7,7 @@ mod at_least_once;
 mod backfill;
 mod bad_input;
 mod bench;
+mod buffer_one;
 mod cancel;
 mod cli;
 mod consumers;

@@ -210,6 +210,10 @@ fn edit_sends_only_what_the_flags_name() {
         json!({"max_attempts": 9, "overlap": "forbid"})
     );
     assert_eq!(
+        edit(&current, &["--overlap", "buffer_one"]).unwrap(),
+        json!({"overlap": "buffer_one"})
+    );
+    assert_eq!(
         edit(&current, &["--pause-after-failures", "3"]).unwrap(),
         json!({"pause_after_failures": 3})
     );

@@ -16,7 +16,7 @@ use crate::domain::shard::shard_of;
 use crate::domain::{LiveZones, Run};
 use crate::store::{
     DueCursor, DuePage, FireBatch, Firing, StoreError, decode_jobs,
-    fire_plan::{forbidding_jobs, needs_any_live_zones},
+    fire_plan::{Busy, needs_any_live_zones, waiting_jobs},
     live_since, plan_batch,
 };
 
@@ -47,6 +47,7 @@ struct RunColumns {
     mode: Vec<String>,
     zone: Vec<Option<String>>,
     overlap: Vec<&'static str>,
+    waiting_for: Vec<Option<&'static str>>,
 }
 
 impl RunColumns {
@@ -68,6 +69,7 @@ impl RunColumns {
         self.mode.push(run.mode.as_str().to_string());
         self.zone.push(run.zone.clone());
         self.overlap.push(run.overlap.as_str());
+        self.waiting_for.push(run.waiting_for.map(|w| w.as_str()));
     }
 
     /// Inserts the runs, skipping ids already recorded; returns the ids inserted.
@@ -78,11 +80,11 @@ impl RunColumns {
         let inserted = sqlx::query_scalar(
             "INSERT INTO runs (id, job_id, fire_time, shard, shard_total, attempt, state, trigger,
                                payload, created_at, fired_by, ack_timeout_ms, run_timeout_ms,
-                               due_at, mode, zone, overlap)
+                               due_at, mode, zone, overlap, waiting_for)
              SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[],
                                   $6::int[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[],
                                   $11::text[], $12::bigint[], $13::bigint[], $14::timestamptz[],
-                                  $15::text[], $16::text[], $17::text[])
+                                  $15::text[], $16::text[], $17::text[], $18::text[])
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
         )
@@ -103,6 +105,7 @@ impl RunColumns {
         .bind(self.mode)
         .bind(self.zone)
         .bind(self.overlap)
+        .bind(self.waiting_for)
         .fetch_all(conn)
         .await?;
         Ok(inserted)
@@ -176,20 +179,28 @@ pub(super) async fn fire(
     .fetch_all(&mut *tx)
     .await?;
     let jobs = decode_jobs(&jobs, job_from_row);
-    let forbid = forbidding_jobs(&jobs);
-    let busy: HashSet<Uuid> = if forbid.is_empty() {
-        HashSet::new()
+    let waiting = waiting_jobs(&jobs);
+    let rows: Vec<(Uuid, bool)> = if waiting.is_empty() {
+        Vec::new()
     } else {
-        sqlx::query_scalar(concat!(
-            "SELECT DISTINCT job_id FROM runs WHERE job_id = ANY($1) AND ",
-            forbidding_runs!()
+        sqlx::query_as(concat!(
+            "SELECT job_id, coalesce(bool_or(",
+            held_run!(),
+            "), false) FROM runs WHERE job_id = ANY($1) AND ",
+            forbidding_runs!(),
+            " GROUP BY job_id"
         ))
-        .bind(&forbid)
+        .bind(&waiting)
         .fetch_all(&mut *tx)
         .await?
-        .into_iter()
-        .collect()
     };
+    let mut busy = Busy::default();
+    for (id, held) in rows {
+        busy.running.insert(id);
+        if held {
+            busy.held.insert(id);
+        }
+    }
     let live = if needs_any_live_zones(&jobs) {
         live_zones_in(&mut tx, live_since(now)).await?
     } else {

@@ -165,6 +165,20 @@ pub(super) async fn next_attempts(
     Ok(moved)
 }
 
+pub(super) async fn release_held(pool: &PgPool, due_at: DateTime<Utc>) -> Result<u64, StoreError> {
+    Ok(sqlx::query(concat!(
+        "UPDATE runs SET waiting_for = NULL, due_at = $1
+         WHERE waiting_for = 'previous' AND state = 'scheduled'
+           AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.job_id = runs.job_id AND ",
+        forbidding_runs!(),
+        " AND (o.waiting_for IS NULL OR o.waiting_for <> 'previous'))"
+    ))
+    .bind(due_at)
+    .execute(pool)
+    .await?
+    .rows_affected())
+}
+
 pub(super) async fn await_consumer(
     pool: &PgPool,
     runs: &[(Uuid, u32)],

@@ -13,7 +13,7 @@ use super::rows::{instant, job_from_row, ms, opt_ms, run_row, shard_list, uuid};
 use crate::domain::{LiveZones, Run};
 use crate::store::{
     DueCursor, DuePage, FireBatch, Firing, StoreError, decode_jobs,
-    fire_plan::{forbidding_jobs, needs_any_live_zones},
+    fire_plan::{Busy, needs_any_live_zones, waiting_jobs},
     live_since, plan_batch,
 };
 
@@ -57,7 +57,7 @@ async fn insert_runs(
              value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, \
              value ->> 12, value ->> 13, value ->> 14, value ->> 15, value ->> 16, value ->> 17, \
              value ->> 18, value ->> 19, value ->> 20, value ->> 21, value ->> 22, value ->> 23, \
-             value ->> 24, value ->> 25, value ->> 26, NULL, NULL \
+             value ->> 24, value ->> 25, value ->> 26, value ->> 27, NULL \
              FROM jsonb_each(?) WHERE true ON CONFLICT (id) DO NOTHING"
         ))
         .bind(Value::Array(new).to_string())
@@ -123,24 +123,30 @@ pub(super) async fn fire(
     .fetch_all(&mut *tx)
     .await?;
     let jobs = decode_jobs(&jobs, job_from_row);
-    // Only jobs that forbid overlap need to know about unfinished runs.
-    let forbid = forbidding_jobs(&jobs);
-    let busy: Vec<String> = if forbid.is_empty() {
+    // Only jobs whose overlap policy waits need to know about unfinished runs.
+    let waiting = waiting_jobs(&jobs);
+    let rows: Vec<(String, bool)> = if waiting.is_empty() {
         Vec::new()
     } else {
-        sqlx::query_scalar(concat!(
-            "SELECT DISTINCT job_id FROM runs
-             WHERE job_id IN (SELECT value FROM json_each(?)) AND ",
-            forbidding_runs!()
+        sqlx::query_as(concat!(
+            "SELECT job_id, max(coalesce(",
+            held_run!(),
+            ", 0)) FROM runs WHERE job_id IN (SELECT value FROM json_each(?)) AND ",
+            forbidding_runs!(),
+            " GROUP BY job_id"
         ))
-        .bind(serde_json::to_string(&forbid).expect("uuids serialise"))
+        .bind(serde_json::to_string(&waiting).expect("uuids serialise"))
         .fetch_all(&mut *tx)
         .await?
     };
-    let busy = busy
-        .iter()
-        .map(|id| uuid("run", id))
-        .collect::<Result<HashSet<_>, _>>()?;
+    let mut busy = Busy::default();
+    for (id, held) in &rows {
+        let id = uuid("run", id)?;
+        busy.running.insert(id);
+        if *held {
+            busy.held.insert(id);
+        }
+    }
     let live = if needs_any_live_zones(&jobs) {
         live_zones_in(&mut *tx, live_since(now)).await?
     } else {

@@ -171,6 +171,26 @@ pub(super) async fn await_consumer(
         .collect()
 }
 
+pub(super) async fn release_held(
+    writer: &SqlitePool,
+    due_at: DateTime<Utc>,
+) -> Result<u64, StoreError> {
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let released = sqlx::query(concat!(
+        "UPDATE runs SET waiting_for = NULL, due_at = ?1
+         WHERE waiting_for = 'previous' AND state = 'scheduled'
+           AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.job_id = runs.job_id AND ",
+        forbidding_runs!(),
+        " AND (o.waiting_for IS NULL OR o.waiting_for <> 'previous'))"
+    ))
+    .bind(ms(due_at))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    tx.commit().await?;
+    Ok(released)
+}
+
 pub(super) async fn kill_run(
     writer: &SqlitePool,
     run_id: Uuid,

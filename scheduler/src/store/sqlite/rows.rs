@@ -158,5 +158,6 @@ pub(super) fn run_row(run: &Run) -> Value {
         run.zone,
         serde_json::to_string(&run.instances).expect("receipts serialise"),
         run.overlap.as_str(),
+        run.waiting_for.map(|w| w.as_str()),
     ])
 }
