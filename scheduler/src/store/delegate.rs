@@ -223,7 +223,7 @@ macro_rules! route_store {
                 &self,
                 due_at: ::chrono::DateTime<::chrono::Utc>,
             ) -> Result<u64, $crate::store::StoreError> {
-                reconcile::release_held(&self.$writes, due_at).await
+                reconcile::release_held(&self.$reads, &self.$writes, due_at).await
             }
 
             async fn live_zones(

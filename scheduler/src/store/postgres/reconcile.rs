@@ -165,7 +165,13 @@ pub(super) async fn next_attempts(
     Ok(moved)
 }
 
-pub(super) async fn release_held(pool: &PgPool, due_at: DateTime<Utc>) -> Result<u64, StoreError> {
+/// `_reads`: the SQLite store asks its readers first whether anything can be released; on
+/// PostgreSQL an UPDATE that matches nothing takes no lock, so it goes straight to it.
+pub(super) async fn release_held(
+    _reads: &PgPool,
+    pool: &PgPool,
+    due_at: DateTime<Utc>,
+) -> Result<u64, StoreError> {
     Ok(sqlx::query(concat!(
         "UPDATE runs SET waiting_for = NULL, due_at = $1
          WHERE waiting_for = 'previous' AND state = 'scheduled'

@@ -171,17 +171,40 @@ pub(super) async fn await_consumer(
         .collect()
 }
 
+/// The held `buffer_one` fires whose job has no other unfinished run.
+macro_rules! releasable_held {
+    () => {
+        concat!(
+            "waiting_for = 'previous' AND state = 'scheduled'
+           AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.job_id = runs.job_id AND ",
+            forbidding_runs!(),
+            " AND (o.waiting_for IS NULL OR o.waiting_for <> 'previous'))"
+        )
+    };
+}
+
 pub(super) async fn release_held(
+    readers: &SqlitePool,
     writer: &SqlitePool,
     due_at: DateTime<Utc>,
 ) -> Result<u64, StoreError> {
+    // Nearly every pass has nothing to release: a reader (WAL lets it run beside a write)
+    // says so first, so a reconciler pass only queues for the one write lock when a held
+    // fire can go, and does not stall behind a long write for nothing.
+    let any: bool = sqlx::query_scalar(concat!(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE ",
+        releasable_held!(),
+        ")"
+    ))
+    .fetch_one(readers)
+    .await?;
+    if !any {
+        return Ok(0);
+    }
     let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
     let released = sqlx::query(concat!(
-        "UPDATE runs SET waiting_for = NULL, due_at = ?1
-         WHERE waiting_for = 'previous' AND state = 'scheduled'
-           AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.job_id = runs.job_id AND ",
-        forbidding_runs!(),
-        " AND (o.waiting_for IS NULL OR o.waiting_for <> 'previous'))"
+        "UPDATE runs SET waiting_for = NULL, due_at = ?1 WHERE ",
+        releasable_held!()
     ))
     .bind(ms(due_at))
     .execute(&mut *tx)
