@@ -73,7 +73,7 @@ pub async fn read_no_arguments(body: Body, limit: usize) -> Result<(), ApiError>
 /// Parses JSON into `T`; a type error names the field's dotted path.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+    let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -84,7 +84,22 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         } else {
             field_error(&path, &inner.to_string())
         }
-    })
+    })?;
+    // Every body is a JSON object; serde would also read a struct from an array of its
+    // fields in order (`[null]`), which no client means (schemathesis found a replay that
+    // took `[null]` for "no arguments").
+    if bytes
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|b| *b == b'[')
+    {
+        return Err(ApiError::field(
+            ErrorCode::InvalidField,
+            "body",
+            "the request body must be a JSON object, not an array",
+        ));
+    }
+    Ok(parsed)
 }
 
 /// Deserializes an already-parsed JSON value into `T`, naming the field on error.
@@ -120,6 +135,18 @@ fn backticked<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
 mod tests {
     use super::*;
     use serde::Deserialize;
+
+    #[test]
+    fn a_body_that_is_an_array_is_refused_naming_the_body() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Args {
+            limit: Option<u32>,
+        }
+        let error = parse_json::<Args>(b" [null]").unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("body"), "{error:?}");
+        assert!(parse_json::<Args>(br#"{"limit": 3}"#).is_ok());
+    }
 
     #[test]
     fn only_json_whitespace_is_a_blank_body() {

@@ -446,7 +446,10 @@ impl Links {
                     .and_then(Value::as_object_mut)
                 {
                     let links = response.entry("links").or_insert_with(|| json!({}));
-                    links[name] = json!({"operationId": to, "parameters": {parameter: expression}});
+                    // Qualified `path.<name>`: an unqualified name also matches a body property of the
+                    // same name (`JobPatch` has an ignored `id`), and schemathesis then replaced the
+                    // generated body with `{"id": ...}`.
+                    links[name] = json!({"operationId": to, "parameters": {format!("path.{parameter}"): expression}});
                 }
             }
         }
