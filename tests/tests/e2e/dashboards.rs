@@ -201,7 +201,10 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_exported() {
         Duration::from_secs(40),
         || async {
             let text = scraper.metrics().await;
+            // Both groups: a sample taken before the lonely job's group was listed
+            // would lack it (CI saw that once).
             let ready = text.contains("chime_group_consumers{group=\"dash\"")
+                && text.contains("chime_group_consumers{group=\"dash-lonely\"")
                 && metric(&text, "chime_dlq_depth{queue=\"chime.group.dash.dlq\"}") >= 1.0;
             ready.then_some(text)
         },
