@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     schedule::{Schedule, truncate_ms},
     validation::FieldError,
-    window::Window,
+    window::{Window, parse_instant},
 };
 
 /// Most runs (fire times times the job's items per fire) one backfill records.
@@ -70,8 +70,8 @@ impl BackfillRequest {
         overlap: BackfillOverlap,
         now: DateTime<Utc>,
     ) -> Result<Self, FieldError> {
-        let from = instant("from", from)?;
-        let to = instant("to", to)?;
+        let from = parse_instant("from", from)?;
+        let to = parse_instant("to", to)?;
         if from >= to {
             return Err(FieldError::new("to", "to must be after from"));
         }
@@ -95,20 +95,6 @@ impl BackfillRequest {
             overlap,
         })
     }
-}
-
-fn instant(field: &str, text: &str) -> Result<DateTime<Utc>, FieldError> {
-    let at = DateTime::parse_from_rfc3339(text.trim())
-        .map_err(|e| {
-            FieldError::new(
-                field,
-                format!(
-                    "invalid instant {text:?}: {e} (use RFC 3339, e.g. \"2026-11-21T10:00:00Z\")"
-                ),
-            )
-        })?
-        .with_timezone(&Utc);
-    Ok(truncate_ms(at))
 }
 
 /// How many fire times fit in one backfill of a job whose fires have `items` runs each.

@@ -141,7 +141,7 @@ impl Window {
 }
 
 /// An RFC 3339 instant between 1970 and 9999, to the millisecond.
-fn parse_instant(field: &str, text: &str) -> Result<DateTime<Utc>, FieldError> {
+pub(super) fn parse_instant(field: &str, text: &str) -> Result<DateTime<Utc>, FieldError> {
     let instant = DateTime::parse_from_rfc3339(text.trim())
         .map_err(|e| {
             FieldError::new(
