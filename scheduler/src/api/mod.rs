@@ -62,6 +62,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dlq/{queue}/replay", post(dlq::replay))
         .route("/v1/dlq/{queue}/purge", post(dlq::purge))
         .route("/v1/tokens", post(tokens::create).get(tokens::list))
+        .route("/v1/me", get(tokens::me))
         .route("/v1/audit", get(audit::list))
         .route("/v1/jobs/{id}/versions", get(audit::versions))
         .route("/v1/tokens/{name}", axum::routing::delete(tokens::revoke))

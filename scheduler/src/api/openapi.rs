@@ -81,6 +81,7 @@ pub const PATH: &str = "/v1/openapi.json";
         dlq::purge,
         tokens::create,
         tokens::list,
+        tokens::me,
         tokens::revoke,
         audit::list,
         audit::versions,

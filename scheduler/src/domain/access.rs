@@ -125,6 +125,42 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, in the order `GET /v1/me` lists them.
+    pub const ALL: [Action; 13] = [
+        Action::ReadJobs,
+        Action::ChangeJobs,
+        Action::TriggerJobs,
+        Action::CancelRuns,
+        Action::ReadCluster,
+        Action::ReadConsumers,
+        Action::ReadDeadLetters,
+        Action::ReplayJobDeadLetters,
+        Action::ReplayQueue,
+        Action::PurgeQueue,
+        Action::ManageTokens,
+        Action::ReadMetrics,
+        Action::ReadApiDescription,
+    ];
+
+    /// Its name in `GET /v1/me`'s `actions`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::ReadJobs => "read_jobs",
+            Action::ChangeJobs => "change_jobs",
+            Action::TriggerJobs => "trigger_jobs",
+            Action::CancelRuns => "cancel_runs",
+            Action::ReadCluster => "read_cluster",
+            Action::ReadConsumers => "read_consumers",
+            Action::ReadDeadLetters => "read_dead_letters",
+            Action::ReplayJobDeadLetters => "replay_job_dead_letters",
+            Action::ReplayQueue => "replay_queue",
+            Action::PurgeQueue => "purge_queue",
+            Action::ManageTokens => "manage_tokens",
+            Action::ReadMetrics => "read_metrics",
+            Action::ReadApiDescription => "read_api_description",
+        }
+    }
+
     /// The least role that may perform the action (within its apps, for actions on an
     /// app's resources).
     pub fn least_role(self) -> Role {
@@ -238,6 +274,15 @@ impl Caller {
         self.role == Role::Admin || self.apps.covers(app)
     }
 
+    /// The actions its role reaches, on its own apps' resources where an action has an
+    /// app: what `GET /v1/me` lists, so a client shows only what the API would allow.
+    pub fn allowed_actions(&self) -> Vec<Action> {
+        Action::ALL
+            .into_iter()
+            .filter(|action| self.check(*action, None).is_ok())
+            .collect()
+    }
+
     /// The apps a listing must be narrowed to: None for every app.
     pub fn visible_apps(&self) -> Option<Vec<String>> {
         match (&self.apps, self.role) {
@@ -315,6 +360,19 @@ mod tests {
         Action::ManageTokens,
         Action::ReadMetrics,
     ];
+
+    #[test]
+    fn allowed_actions_are_those_check_allows_and_grow_with_the_role() {
+        let reader = caller(Role::Reader, &["shop"]).allowed_actions();
+        let operator = caller(Role::Operator, &["shop"]).allowed_actions();
+        let admin = caller(Role::Admin, &["*"]).allowed_actions();
+        assert!(reader.contains(&Action::ReadJobs) && !reader.contains(&Action::ChangeJobs));
+        assert!(operator.contains(&Action::ChangeJobs) && !operator.contains(&Action::PurgeQueue));
+        assert_eq!(admin, Action::ALL.to_vec());
+        assert!(reader.iter().all(|a| operator.contains(a)));
+        let names: std::collections::HashSet<_> = Action::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(names.len(), Action::ALL.len(), "action names are distinct");
+    }
 
     #[test]
     fn every_action_by_every_role_in_and_out_of_scope() {

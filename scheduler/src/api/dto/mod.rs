@@ -34,6 +34,6 @@ pub use page::{ListQuery, ListResponse, parse_run_cursor, run_cursor};
 pub use preview::{PreviewQuery, PreviewResponse, SchedulePreviewRequest, UpcomingFireResponse};
 pub use run::{InstanceResponse, ItemResponse, RunResponse};
 pub use run_search::RunSearchQuery;
-pub use token::{TokenRequest, TokenResponse};
+pub use token::{MeResponse, TokenRequest, TokenResponse};
 
 pub use crate::domain::{fire_state::FireState, timestamp::timestamp};
