@@ -54,13 +54,17 @@ async fn insert_jobs(store: &dyn Store) -> Vec<Uuid> {
     ids
 }
 
-/// The windows asked: (name, apps, runs the answer counts, index names its plan may use).
-fn cases() -> Vec<(
+/// A window asked: its name, the apps counted, the runs the answer counts, and the
+/// index names its plan may use.
+type Case = (
     &'static str,
     Option<Vec<String>>,
     u64,
     &'static [&'static str],
-)> {
+);
+
+/// The windows asked.
+fn cases() -> Vec<Case> {
     vec![
         ("every app", None, 3_600, &["runs_recent"]),
         (

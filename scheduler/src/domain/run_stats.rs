@@ -147,8 +147,8 @@ impl StatsMinutes {
 /// hours, 15 minutes beyond (at most 120 buckets).
 pub fn bucket_seconds(minutes: StatsMinutes) -> u32 {
     match minutes.get() {
-        ..=120 => 60,
-        ..=600 => 300,
+        m if m <= 120 => 60,
+        m if m <= 600 => 300,
         _ => 900,
     }
 }

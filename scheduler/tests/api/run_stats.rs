@@ -270,3 +270,100 @@ async fn get_run_stats_refuses_each_bad_parameter_naming_it() {
             .assert_error(StatusCode::BAD_REQUEST, "invalid_field");
     }
 }
+
+#[tokio::test]
+async fn chimectl_run_stats_prints_the_totals_over_a_real_listener() {
+    use chime_scheduler::{
+        cli::{Cli, Terminal, run_with},
+        daemon::http::{HttpSettings, serve},
+    };
+    use clap::Parser;
+
+    let app = TestApp::new().await;
+    let shop = job(&app, "close", "shop").await;
+    let now = Utc::now();
+    run(
+        &app,
+        shop,
+        now - Duration::seconds(4),
+        RunState::Succeeded,
+        1,
+        Some(7),
+    )
+    .await;
+    run(
+        &app,
+        shop,
+        now - Duration::seconds(5),
+        RunState::Dead,
+        2,
+        None,
+    )
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(serve(
+        listener,
+        app.router.clone(),
+        HttpSettings::default(),
+        stop.clone(),
+    ));
+    chime_scheduler::daemon::tls::install_crypto_provider();
+    let token_file = std::env::temp_dir().join(format!("chime-stats-{}.token", Uuid::now_v7()));
+    std::fs::write(&token_file, crate::support::ADMIN_TOKEN).unwrap();
+
+    let chimectl = |extra: &[&str]| {
+        let mut argv = vec![
+            "chimectl".to_string(),
+            "--server".into(),
+            format!("http://{addr}"),
+            "--token-file".into(),
+            token_file.display().to_string(),
+            "run".into(),
+            "stats".into(),
+            "--minutes".into(),
+            "5".into(),
+        ];
+        argv.extend(extra.iter().map(|a| a.to_string()));
+        Cli::try_parse_from(argv).unwrap()
+    };
+    let mut outputs = Vec::new();
+    for extra in [&[][..], &["--json"][..], &["--app", "mail"][..]] {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let mut input = std::io::BufReader::new(std::io::empty());
+        let mut terminal = Terminal {
+            err: &mut err,
+            input: &mut input,
+        };
+        run_with(chimectl(extra), &mut out, &mut terminal)
+            .await
+            .unwrap();
+        outputs.push(String::from_utf8(out).unwrap());
+    }
+    let _ = std::fs::remove_file(&token_file);
+    stop.cancel();
+    let _ = server.await;
+
+    let table = &outputs[0];
+    let row = |name: &str| row_of(table, name);
+    assert_eq!(row("fired"), "2", "{table}");
+    assert_eq!(row("retried"), "1", "{table}");
+    assert_eq!(row("dead"), "1", "{table}");
+    assert_eq!(row("lateness p50"), "10", "{table}");
+    let json: Value = serde_json::from_str(&outputs[1]).unwrap();
+    assert_eq!(json["totals"]["fired"], 2);
+    assert_eq!(json["buckets"].as_array().unwrap().len(), 5);
+    assert_eq!(row_of(&outputs[2], "fired"), "0", "{}", outputs[2]);
+}
+
+/// The value of row `name` of a `chimectl run stats` table.
+fn row_of(table: &str, name: &str) -> String {
+    table
+        .lines()
+        .find(|l| l.trim_start().starts_with(name))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_else(|| panic!("a {name} row in\n{table}"))
+        .to_string()
+}
