@@ -98,6 +98,8 @@ impl AppScope {
 pub enum Action {
     /// Read jobs and their runs.
     ReadJobs,
+    /// Read run statistics (`GET /v1/stats/runs`): counts of the caller's apps' runs.
+    ReadRunStats,
     /// Create, change, delete, pause or resume jobs.
     ChangeJobs,
     /// Fire a job now, or record its past fires (a backfill).
@@ -126,8 +128,9 @@ pub enum Action {
 
 impl Action {
     /// Every action, in the order `GET /v1/me` lists them.
-    pub const ALL: [Action; 13] = [
+    pub const ALL: [Action; 14] = [
         Action::ReadJobs,
+        Action::ReadRunStats,
         Action::ChangeJobs,
         Action::TriggerJobs,
         Action::CancelRuns,
@@ -146,6 +149,7 @@ impl Action {
     pub fn name(self) -> &'static str {
         match self {
             Action::ReadJobs => "read_jobs",
+            Action::ReadRunStats => "read_run_stats",
             Action::ChangeJobs => "change_jobs",
             Action::TriggerJobs => "trigger_jobs",
             Action::CancelRuns => "cancel_runs",
@@ -166,6 +170,7 @@ impl Action {
     pub fn least_role(self) -> Role {
         match self {
             Action::ReadJobs | Action::ReadCluster | Action::ReadDeadLetters => Role::Reader,
+            Action::ReadRunStats => Role::Reader,
             Action::ReadConsumers => Role::Reader,
             Action::ReadMetrics | Action::ReadApiDescription => Role::Reader,
             Action::ChangeJobs
@@ -180,6 +185,7 @@ impl Action {
     pub fn describe(self) -> &'static str {
         match self {
             Action::ReadJobs => "read jobs and runs",
+            Action::ReadRunStats => "read run statistics",
             Action::ChangeJobs => "change jobs",
             Action::TriggerJobs => "trigger jobs",
             Action::CancelRuns => "cancel runs",
@@ -290,6 +296,28 @@ impl Caller {
             (AppScope::Only(apps), _) => Some(apps.iter().cloned().collect()),
         }
     }
+
+    /// The apps a listing of `action` reads when it `asked` for these (None: every
+    /// app): naming an app outside the caller's scope is refused; otherwise the asked
+    /// apps within its scope, or its whole scope when none were asked (None: every
+    /// app). The one rule for narrowing a listing across apps to a caller.
+    pub fn narrow_apps(
+        &self,
+        action: Action,
+        asked: Option<Vec<String>>,
+    ) -> Result<Option<Vec<String>>, Denied> {
+        self.check(action, None)?;
+        for app in asked.iter().flatten() {
+            self.check(action, Some(app))?;
+        }
+        Ok(match (self.visible_apps(), asked) {
+            (None, asked) => asked,
+            (Some(visible), Some(asked)) => {
+                Some(asked.into_iter().filter(|a| visible.contains(a)).collect())
+            }
+            (Some(visible), None) => Some(visible),
+        })
+    }
 }
 
 /// An API token as stored and listed: never its secret.
@@ -348,8 +376,9 @@ mod tests {
         }
     }
 
-    const ACTIONS: [Action; 10] = [
+    const ACTIONS: [Action; 11] = [
         Action::ReadJobs,
+        Action::ReadRunStats,
         Action::ChangeJobs,
         Action::TriggerJobs,
         Action::ReadCluster,
@@ -406,6 +435,7 @@ mod tests {
             readers,
             [
                 Action::ReadJobs,
+                Action::ReadRunStats,
                 Action::ReadCluster,
                 Action::ReadDeadLetters,
                 Action::ReadMetrics
@@ -438,6 +468,35 @@ mod tests {
             denied.to_string(),
             "token 't' may not read jobs and runs of app 'billing' (it is scoped to shop, web)"
         );
+    }
+
+    #[test]
+    fn listings_narrow_to_the_callers_apps_and_refuse_others() {
+        let scoped = caller(Role::Reader, &["shop", "web"]);
+        let apps = |list: &[&str]| Some(list.iter().map(|a| a.to_string()).collect());
+        assert_eq!(
+            scoped.narrow_apps(Action::ReadRunStats, None),
+            Ok(apps(&["shop", "web"]))
+        );
+        assert_eq!(
+            scoped.narrow_apps(Action::ReadRunStats, apps(&["web"])),
+            Ok(apps(&["web"]))
+        );
+        assert!(matches!(
+            scoped.narrow_apps(Action::ReadRunStats, apps(&["billing"])),
+            Err(Denied::App { .. })
+        ));
+        let admin = caller(Role::Admin, &["shop"]);
+        assert_eq!(admin.narrow_apps(Action::ReadRunStats, None), Ok(None));
+        assert_eq!(
+            admin.narrow_apps(Action::ReadRunStats, apps(&["billing"])),
+            Ok(apps(&["billing"]))
+        );
+        let reader = caller(Role::Reader, &["shop"]);
+        assert!(matches!(
+            reader.narrow_apps(Action::ChangeJobs, None),
+            Err(Denied::Role { .. })
+        ));
     }
 
     #[test]

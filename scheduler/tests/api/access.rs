@@ -128,6 +128,15 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             (Method::GET, format!("/v1/runs/{run}"), None, Needs::ReadA),
             (Method::GET, "/v1/runs".into(), None, Needs::AnyRole),
             (Method::GET, "/v1/runs?app=a".into(), None, Needs::ReadA),
+            // Run statistics: every role, counting its apps' runs; naming an app outside
+            // them is refused.
+            (Method::GET, "/v1/stats/runs".into(), None, Needs::AnyRole),
+            (
+                Method::GET,
+                "/v1/stats/runs?app=a".into(),
+                None,
+                Needs::ReadA,
+            ),
             (
                 Method::GET,
                 format!("/v1/runs?job={job}"),
@@ -270,7 +279,7 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 31);
+    assert_eq!(checked, 5 * 34);
 }
 
 #[tokio::test]

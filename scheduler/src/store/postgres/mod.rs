@@ -16,6 +16,7 @@ mod replies;
 mod retention;
 mod rows;
 mod run_search;
+mod run_stats;
 mod runs;
 mod tokens;
 
@@ -207,5 +208,17 @@ impl PostgresStore {
         filter: &crate::domain::RunFilter,
     ) -> Result<Value, StoreError> {
         run_search::explain_search_runs(&self.pool, filter).await
+    }
+
+    /// The plan of the run statistics' count (`GET /v1/stats/runs`) for fire times in
+    /// `[from, until]` of `apps`, for tests that it reads a range of fire times through
+    /// an index.
+    pub async fn explain_run_stats(
+        &self,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+        apps: Option<&[String]>,
+    ) -> Result<Value, StoreError> {
+        run_stats::explain_run_stats(&self.pool, from, until, apps).await
     }
 }
