@@ -116,7 +116,7 @@ export function table({ columns, rows, rowKey, empty = "Nothing here.", sort, ca
 export function pager({ cursor, next, onPage }) {
   return h("nav", { class: "pager", "aria-label": "Pages" },
     h("button", { type: "button", class: "ghost", disabled: !cursor, onclick: () => onPage(null) }, "First page"),
-    h("button", { type: "button", class: "ghost", disabled: !next, "data-action": "next-page", onclick: () => onPage(next) }, "Next page"));
+    h("button", { type: "button", class: "ghost", disabled: !next, "data-nav": "next-page", onclick: () => onPage(next) }, "Next page"));
 }
 
 /** Asks before a destructive action; resolves true only on the confirm button. */
@@ -125,8 +125,8 @@ export function confirm(message, confirmLabel = "Confirm", { danger = true } = {
     const dialog = h("dialog", { "aria-labelledby": "confirm-text", class: "confirm" },
       h("p", { id: "confirm-text" }, message),
       h("div", { class: "actions" },
-        h("button", { type: "button", class: danger ? "danger" : "", "data-action": "confirm", onclick: () => close(true) }, confirmLabel),
-        h("button", { type: "button", class: "ghost", "data-action": "cancel", onclick: () => close(false) }, "Cancel")));
+        h("button", { type: "button", class: danger ? "danger" : "", "data-dialog": "confirm", onclick: () => close(true) }, confirmLabel),
+        h("button", { type: "button", class: "ghost", "data-dialog": "cancel", onclick: () => close(false) }, "Cancel")));
     function close(answer) {
       dialog.close();
       dialog.remove();
