@@ -33,15 +33,15 @@ use chime_scheduler::{
     dlq,
     domain::broadcast::ReceiptState,
     domain::{
-        DeliveryMode, Job, JobSettings, JobSpec, LiveZones, MisfirePolicy, OverlapPolicy, Run,
-        RunState, RunTrigger, Schedule, Target, WaitingFor, duration::HumanDuration, job::limits,
-        schedule::ScheduleSpec,
+        DeliveryMode, Job, JobFilter, JobPosition, JobSettings, JobSort, JobSpec, LiveZones,
+        MisfirePolicy, OverlapPolicy, Run, RunState, RunTrigger, Schedule, Target, WaitingFor,
+        duration::HumanDuration, job::limits, schedule::ScheduleSpec,
     },
     reconcile::broadcasts::settle_broadcast,
     retention::{PruneOutcome, Pruner, RetentionSettings},
     store::{
-        DueCursor, Expect, Firing, JobPage, NextAttempt, Replay, ReplyApplied, ReplyEffect,
-        RunPage, Store, StoreError, live_since, test_support::StoreTestSupport,
+        DueCursor, Expect, Firing, NextAttempt, Replay, ReplyApplied, ReplyEffect, RunPage, Store,
+        StoreError, live_since, test_support::StoreTestSupport,
     },
 };
 
