@@ -140,15 +140,15 @@ fn query(prefix: &str, filter: &JobFilter, part: Part, limit: usize) -> QueryBui
                 .push_bind(name.clone())
                 .push(")");
         }
-        Some(JobPosition::NextFire(Some(at), id)) => {
-            if part == Part::Firing {
-                q.push(format_args!(" AND (next_fire_at, id) {before} ("))
-                    .push_bind(*at)
-                    .push(", ")
-                    .push_bind(*id)
-                    .push(")");
-            }
+        Some(JobPosition::NextFire(Some(at), id)) if part == Part::Firing => {
+            q.push(format_args!(" AND (next_fire_at, id) {before} ("))
+                .push_bind(*at)
+                .push(", ")
+                .push_bind(*id)
+                .push(")");
         }
+        // Jobs that fire no more all come after a job that fires: read from their start.
+        Some(JobPosition::NextFire(Some(_), _)) => {}
         Some(JobPosition::NextFire(None, id)) => {
             q.push(format_args!(" AND id {before} ")).push_bind(*id);
         }
