@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{DeliveryMode, FieldError, Job};
+use super::{DeliveryMode, FieldError, Job, run_filter::MAX_APP_BRANCHES};
 use chime_consumer::protocol::topology::is_valid_name;
 
 /// The longest search text (`q`), in characters.
@@ -271,6 +271,24 @@ impl JobFilter {
         self.apps.as_ref().is_some_and(Vec::is_empty)
     }
 
+    /// The filter split by app when it lists 2 to [`MAX_APP_BRANCHES`] apps (a scoped
+    /// token's), each part one app, the parts together matching what the filter
+    /// matches: a store reads each part through that app's index in page order and
+    /// merges the parts' pages, so a page costs about a page per app instead of every
+    /// job of the apps. Otherwise the filter as it is.
+    pub fn branches(&self) -> Vec<JobFilter> {
+        match &self.apps {
+            Some(apps) if apps.len() > 1 && apps.len() <= MAX_APP_BRANCHES => apps
+                .iter()
+                .map(|app| JobFilter {
+                    apps: Some(vec![app.clone()]),
+                    ..self.clone()
+                })
+                .collect(),
+            _ => vec![self.clone()],
+        }
+    }
+
     /// Whether `job` passes the filters (not the position): the stores' queries say the
     /// same in SQL.
     pub fn matches(&self, job: &Job) -> bool {
@@ -450,6 +468,26 @@ mod tests {
             ..all
         };
         assert!(none.matches_nothing() && !none.matches(&j));
+    }
+
+    #[test]
+    fn a_few_apps_branch_one_app_each() {
+        let filter = JobFilter {
+            apps: Some(vec!["a".into(), "b".into()]),
+            paused: Some(true),
+            limit: 7,
+            ..JobFilter::default()
+        };
+        let parts = filter.branches();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[1].apps, Some(vec!["b".to_string()]));
+        assert_eq!((parts[1].paused, parts[1].limit), (Some(true), 7));
+        let many = JobFilter {
+            apps: Some((0..=MAX_APP_BRANCHES).map(|i| i.to_string()).collect()),
+            ..JobFilter::default()
+        };
+        assert_eq!(many.branches(), std::slice::from_ref(&many));
+        assert_eq!(JobFilter::default().branches().len(), 1);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! read in the order asked through an index on that order (`jobs_pkey`, the `(app, name)`
 //! key, `jobs_by_next_fire`, `jobs_by_updated`, and their `jobs_by_app_*` forms for one
 //! app; migration 0018), from the cursor's position on (keyset paging, no OFFSET), so a
-//! page costs about a page of index entries. Absent filters add no SQL. Jobs with no
+//! page costs about a page of index entries; a few apps (a scoped token's) are read one
+//! app each and merged ([`JobFilter::branches`]). Absent filters add no SQL. Jobs with no
 //! next fire come last in both next-fire orders: a second query reads them (by id) when
 //! the jobs with one do not fill the page.
 
@@ -77,9 +78,45 @@ fn parts(filter: &JobFilter) -> Vec<Part> {
     }
 }
 
-/// `prefix` and one query of `part` of the jobs of `filter`, at most `limit`.
+/// `prefix` and one query of `part` of the jobs of `filter`, at most `limit`: one
+/// indexed range per part of [`JobFilter::branches`], merged.
 fn query(prefix: &str, filter: &JobFilter, part: Part, limit: usize) -> QueryBuilder<Sqlite> {
     let mut q = QueryBuilder::new(prefix);
+    match filter.branches().as_slice() {
+        [one] => page(&mut q, one, part, limit),
+        parts => {
+            q.push("SELECT * FROM (");
+            for (i, branch) in parts.iter().enumerate() {
+                if i > 0 {
+                    q.push(" UNION ALL SELECT * FROM (");
+                }
+                page(&mut q, branch, part, limit);
+                q.push(format_args!(") AS part{i}"));
+            }
+            q.push(format_args!(
+                " ORDER BY {} LIMIT ",
+                order(filter.sort, part)
+            ))
+            .push_bind(limit as i64);
+        }
+    }
+    q
+}
+
+/// The `ORDER BY` of `part` of a list in `sort`.
+fn order(sort: JobSort, part: Part) -> String {
+    let dir = if sort.descending() { "DESC" } else { "ASC" };
+    match (sort, part) {
+        (JobSort::Created, _) => "id".to_string(),
+        (JobSort::Name { .. }, _) => format!("app {dir}, name {dir}"),
+        (_, Part::Finished) => format!("id {dir}"),
+        (JobSort::NextFire { .. }, _) => format!("next_fire_at {dir}, id {dir}"),
+        (JobSort::Updated { .. }, _) => format!("updated_at {dir}, id {dir}"),
+    }
+}
+
+/// One page of `part` of the jobs of `filter` (its app list as it is), at most `limit`.
+fn page(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter, part: Part, limit: usize) {
     q.push(concat!(
         "SELECT ",
         job_read_columns!(),
@@ -120,11 +157,7 @@ fn query(prefix: &str, filter: &JobFilter, part: Part, limit: usize) -> QueryBui
             .push_bind(search.clone())
             .push(") > 0");
     }
-    let (before, dir) = if filter.sort.descending() {
-        ("<", "DESC")
-    } else {
-        (">", "ASC")
-    };
+    let before = if filter.sort.descending() { "<" } else { ">" };
     match part {
         Part::Firing => {
             q.push(" AND next_fire_at IS NOT NULL");
@@ -168,14 +201,9 @@ fn query(prefix: &str, filter: &JobFilter, part: Part, limit: usize) -> QueryBui
                 .push(")");
         }
     }
-    let order = match (filter.sort, part) {
-        (JobSort::Created, _) => "id".to_string(),
-        (JobSort::Name { .. }, _) => format!("app {dir}, name {dir}"),
-        (_, Part::Finished) => format!("id {dir}"),
-        (JobSort::NextFire { .. }, _) => format!("next_fire_at {dir}, id {dir}"),
-        (JobSort::Updated { .. }, _) => format!("updated_at {dir}, id {dir}"),
-    };
-    q.push(format_args!(" ORDER BY {order} LIMIT "))
-        .push_bind(limit as i64);
-    q
+    q.push(format_args!(
+        " ORDER BY {} LIMIT ",
+        order(filter.sort, part)
+    ))
+    .push_bind(limit as i64);
 }
