@@ -28,6 +28,7 @@ use crate::{
         notices::{self, JobNotice},
     },
     config::Config,
+    console,
     dispatch::Dispatcher,
     dlq::{self, DeadLetters},
     reconcile::{ReconcileSettings, Reconciler},
@@ -288,7 +289,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         async move {
             http::serve_with_tls(
                 listener,
-                api::router(state),
+                api::router(state).merge(console::router()),
                 config.http,
                 acceptor,
                 http_stop,

@@ -7,6 +7,7 @@ pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod console;
 pub mod daemon;
 pub mod dispatch;
 pub mod dlq;

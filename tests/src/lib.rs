@@ -10,6 +10,7 @@
 pub mod api;
 pub mod bench;
 pub mod binaries;
+pub mod browser;
 pub mod chimed;
 pub mod cluster;
 pub mod consumer;

@@ -20,6 +20,7 @@ mod jobs;
 pub mod openapi;
 mod preview;
 mod run_search;
+mod run_stats;
 mod runs;
 mod state;
 mod tokens;
@@ -53,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/preview", get(preview::job))
         .route("/v1/schedules/preview", post(preview::schedule))
         .route("/v1/runs", get(run_search::search))
+        .route("/v1/stats/runs", get(run_stats::stats))
         .route("/v1/runs/{id}", get(runs::get))
         .route("/v1/runs/{id}/cancel", post(cancel::cancel))
         .route("/v1/cluster", get(cluster::status))
@@ -62,6 +64,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dlq/{queue}/replay", post(dlq::replay))
         .route("/v1/dlq/{queue}/purge", post(dlq::purge))
         .route("/v1/tokens", post(tokens::create).get(tokens::list))
+        .route("/v1/me", get(tokens::me))
         .route("/v1/audit", get(audit::list))
         .route("/v1/jobs/{id}/versions", get(audit::versions))
         .route("/v1/tokens/{name}", axum::routing::delete(tokens::revoke))

@@ -42,7 +42,7 @@ use super::{
     cancel, cluster, consumers, dlq,
     dto::JobRequest,
     error::{ApiError, ErrorBody},
-    health, jobs, preview, run_search, runs, tokens,
+    health, jobs, preview, run_search, run_stats, runs, tokens,
 };
 use crate::domain::access::{Action, Caller};
 
@@ -68,6 +68,7 @@ pub const PATH: &str = "/v1/openapi.json";
         jobs::trigger,
         runs::list,
         run_search::search,
+        run_stats::stats,
         cancel::cancel,
         backfill::backfill,
         preview::job,
@@ -81,6 +82,7 @@ pub const PATH: &str = "/v1/openapi.json";
         dlq::purge,
         tokens::create,
         tokens::list,
+        tokens::me,
         tokens::revoke,
         audit::list,
         audit::versions,

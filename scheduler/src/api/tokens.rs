@@ -11,11 +11,21 @@ use axum::{
 
 use super::{
     body::{parse_json, read_body},
-    dto::{ListResponse, TokenRequest, TokenResponse},
+    dto::{ListResponse, MeResponse, TokenRequest, TokenResponse},
     error::ApiError,
     state::AppState,
 };
 use crate::domain::access::Caller;
+
+/// The calling token: its name, role, apps and the actions it may take. Any valid
+/// token may ask; a client (the web console) shows only what the answer allows.
+#[utoipa::path(
+    get, path = "/v1/me", operation_id = "whoAmI", tag = "security",
+    responses((status = 200, description = "The calling token and what it may do.", body = MeResponse)),
+)]
+pub(super) async fn me(Extension(caller): Extension<Caller>) -> Json<MeResponse> {
+    Json(MeResponse::from(&caller))
+}
 
 /// Creates an API token; the answer is the only one that carries its secret.
 #[utoipa::path(

@@ -17,6 +17,7 @@ pub mod failure_watch;
 pub mod jobs;
 pub mod node;
 pub mod run_search;
+pub mod run_stats;
 pub mod runs;
 pub mod tokens;
 

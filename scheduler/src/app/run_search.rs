@@ -16,11 +16,8 @@ impl Runs {
     /// outside its scope is refused, as a job listing is. A job filter naming no job
     /// matches nothing.
     pub async fn search(&self, caller: &Caller, filter: &RunFilter) -> Result<Vec<Run>, RunsError> {
-        caller.check(Action::ReadJobs, None)?;
-        for app in filter.apps.iter().flatten() {
-            caller.check(Action::ReadJobs, Some(app))?;
-        }
         let mut filter = filter.clone();
+        filter.apps = caller.narrow_apps(Action::ReadJobs, filter.apps.take())?;
         if let Some(job) = filter.job
             && caller.visible_apps().is_some()
         {
@@ -28,12 +25,6 @@ impl Runs {
                 Some(stored) => caller.check(Action::ReadJobs, Some(&stored.spec.app))?,
                 None => return Ok(Vec::new()),
             }
-        }
-        if let Some(visible) = caller.visible_apps() {
-            filter.apps = Some(match filter.apps {
-                Some(asked) => asked.into_iter().filter(|a| visible.contains(a)).collect(),
-                None => visible,
-            });
         }
         Ok(self.store.search_runs(&filter).await?)
     }

@@ -47,12 +47,17 @@ pub struct Fire {
 /// Run history. Cheap to share.
 pub struct Runs {
     pub(super) store: Arc<dyn Store>,
+    /// Recent answers of [`Runs::stats`].
+    pub(super) stats_cache: super::run_stats::StatsCache,
 }
 
 impl Runs {
     /// Run history kept in `store`.
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+        Self {
+            store,
+            stats_cache: Default::default(),
+        }
     }
 
     /// Run `id`, with the view of its whole fire.

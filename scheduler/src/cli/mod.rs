@@ -12,6 +12,7 @@ mod import;
 mod job_args;
 mod preview;
 mod run_list;
+mod run_stats;
 mod schedule_text;
 mod table;
 mod terminal;
@@ -218,6 +219,10 @@ pub enum RunCommand {
         /// The run id.
         run: String,
     },
+    /// Totals of the runs fired in the last N minutes, cluster-wide: fired, rate,
+    /// retried, dead, lateness percentiles and runs per state (`--json`: the API's
+    /// answer, bucket by bucket).
+    Stats(run_stats::RunStatsArgs),
 }
 
 /// Runs `cli`, writing output to `out`, progress and questions to stderr, and reading
@@ -380,6 +385,7 @@ async fn runs(
 ) -> anyhow::Result<()> {
     match command {
         RunCommand::Ls(args) => run_list::list(client, &args, json, out).await,
+        RunCommand::Stats(args) => run_stats::stats(client, &args, json, out).await,
         RunCommand::Get { run } => {
             let run: RunResponse = client.get(&format!("/v1/runs/{run}")).await?;
             if json {

@@ -98,6 +98,8 @@ impl AppScope {
 pub enum Action {
     /// Read jobs and their runs.
     ReadJobs,
+    /// Read run statistics (`GET /v1/stats/runs`): counts of the caller's apps' runs.
+    ReadRunStats,
     /// Create, change, delete, pause or resume jobs.
     ChangeJobs,
     /// Fire a job now, or record its past fires (a backfill).
@@ -125,11 +127,50 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, in the order `GET /v1/me` lists them.
+    pub const ALL: [Action; 14] = [
+        Action::ReadJobs,
+        Action::ReadRunStats,
+        Action::ChangeJobs,
+        Action::TriggerJobs,
+        Action::CancelRuns,
+        Action::ReadCluster,
+        Action::ReadConsumers,
+        Action::ReadDeadLetters,
+        Action::ReplayJobDeadLetters,
+        Action::ReplayQueue,
+        Action::PurgeQueue,
+        Action::ManageTokens,
+        Action::ReadMetrics,
+        Action::ReadApiDescription,
+    ];
+
+    /// Its name in `GET /v1/me`'s `actions`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::ReadJobs => "read_jobs",
+            Action::ReadRunStats => "read_run_stats",
+            Action::ChangeJobs => "change_jobs",
+            Action::TriggerJobs => "trigger_jobs",
+            Action::CancelRuns => "cancel_runs",
+            Action::ReadCluster => "read_cluster",
+            Action::ReadConsumers => "read_consumers",
+            Action::ReadDeadLetters => "read_dead_letters",
+            Action::ReplayJobDeadLetters => "replay_job_dead_letters",
+            Action::ReplayQueue => "replay_queue",
+            Action::PurgeQueue => "purge_queue",
+            Action::ManageTokens => "manage_tokens",
+            Action::ReadMetrics => "read_metrics",
+            Action::ReadApiDescription => "read_api_description",
+        }
+    }
+
     /// The least role that may perform the action (within its apps, for actions on an
     /// app's resources).
     pub fn least_role(self) -> Role {
         match self {
             Action::ReadJobs | Action::ReadCluster | Action::ReadDeadLetters => Role::Reader,
+            Action::ReadRunStats => Role::Reader,
             Action::ReadConsumers => Role::Reader,
             Action::ReadMetrics | Action::ReadApiDescription => Role::Reader,
             Action::ChangeJobs
@@ -144,6 +185,7 @@ impl Action {
     pub fn describe(self) -> &'static str {
         match self {
             Action::ReadJobs => "read jobs and runs",
+            Action::ReadRunStats => "read run statistics",
             Action::ChangeJobs => "change jobs",
             Action::TriggerJobs => "trigger jobs",
             Action::CancelRuns => "cancel runs",
@@ -238,12 +280,43 @@ impl Caller {
         self.role == Role::Admin || self.apps.covers(app)
     }
 
+    /// The actions its role reaches, on its own apps' resources where an action has an
+    /// app: what `GET /v1/me` lists, so a client shows only what the API would allow.
+    pub fn allowed_actions(&self) -> Vec<Action> {
+        Action::ALL
+            .into_iter()
+            .filter(|action| self.check(*action, None).is_ok())
+            .collect()
+    }
+
     /// The apps a listing must be narrowed to: None for every app.
     pub fn visible_apps(&self) -> Option<Vec<String>> {
         match (&self.apps, self.role) {
             (_, Role::Admin) | (AppScope::All, _) => None,
             (AppScope::Only(apps), _) => Some(apps.iter().cloned().collect()),
         }
+    }
+
+    /// The apps a listing of `action` reads when it `asked` for these (None: every
+    /// app): naming an app outside the caller's scope is refused; otherwise the asked
+    /// apps within its scope, or its whole scope when none were asked (None: every
+    /// app). The one rule for narrowing a listing across apps to a caller.
+    pub fn narrow_apps(
+        &self,
+        action: Action,
+        asked: Option<Vec<String>>,
+    ) -> Result<Option<Vec<String>>, Denied> {
+        self.check(action, None)?;
+        for app in asked.iter().flatten() {
+            self.check(action, Some(app))?;
+        }
+        Ok(match (self.visible_apps(), asked) {
+            (None, asked) => asked,
+            (Some(visible), Some(asked)) => {
+                Some(asked.into_iter().filter(|a| visible.contains(a)).collect())
+            }
+            (Some(visible), None) => Some(visible),
+        })
     }
 }
 
@@ -303,8 +376,9 @@ mod tests {
         }
     }
 
-    const ACTIONS: [Action; 10] = [
+    const ACTIONS: [Action; 11] = [
         Action::ReadJobs,
+        Action::ReadRunStats,
         Action::ChangeJobs,
         Action::TriggerJobs,
         Action::ReadCluster,
@@ -315,6 +389,19 @@ mod tests {
         Action::ManageTokens,
         Action::ReadMetrics,
     ];
+
+    #[test]
+    fn allowed_actions_are_those_check_allows_and_grow_with_the_role() {
+        let reader = caller(Role::Reader, &["shop"]).allowed_actions();
+        let operator = caller(Role::Operator, &["shop"]).allowed_actions();
+        let admin = caller(Role::Admin, &["*"]).allowed_actions();
+        assert!(reader.contains(&Action::ReadJobs) && !reader.contains(&Action::ChangeJobs));
+        assert!(operator.contains(&Action::ChangeJobs) && !operator.contains(&Action::PurgeQueue));
+        assert_eq!(admin, Action::ALL.to_vec());
+        assert!(reader.iter().all(|a| operator.contains(a)));
+        let names: std::collections::HashSet<_> = Action::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(names.len(), Action::ALL.len(), "action names are distinct");
+    }
 
     #[test]
     fn every_action_by_every_role_in_and_out_of_scope() {
@@ -348,6 +435,7 @@ mod tests {
             readers,
             [
                 Action::ReadJobs,
+                Action::ReadRunStats,
                 Action::ReadCluster,
                 Action::ReadDeadLetters,
                 Action::ReadMetrics
@@ -380,6 +468,35 @@ mod tests {
             denied.to_string(),
             "token 't' may not read jobs and runs of app 'billing' (it is scoped to shop, web)"
         );
+    }
+
+    #[test]
+    fn listings_narrow_to_the_callers_apps_and_refuse_others() {
+        let scoped = caller(Role::Reader, &["shop", "web"]);
+        let apps = |list: &[&str]| Some(list.iter().map(|a| a.to_string()).collect());
+        assert_eq!(
+            scoped.narrow_apps(Action::ReadRunStats, None),
+            Ok(apps(&["shop", "web"]))
+        );
+        assert_eq!(
+            scoped.narrow_apps(Action::ReadRunStats, apps(&["web"])),
+            Ok(apps(&["web"]))
+        );
+        assert!(matches!(
+            scoped.narrow_apps(Action::ReadRunStats, apps(&["billing"])),
+            Err(Denied::App { .. })
+        ));
+        let admin = caller(Role::Admin, &["shop"]);
+        assert_eq!(admin.narrow_apps(Action::ReadRunStats, None), Ok(None));
+        assert_eq!(
+            admin.narrow_apps(Action::ReadRunStats, apps(&["billing"])),
+            Ok(apps(&["billing"]))
+        );
+        let reader = caller(Role::Reader, &["shop"]);
+        assert!(matches!(
+            reader.narrow_apps(Action::ChangeJobs, None),
+            Err(Denied::Role { .. })
+        ));
     }
 
     #[test]

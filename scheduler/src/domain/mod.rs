@@ -23,6 +23,7 @@ pub mod reply_auth;
 pub mod retry;
 pub mod run;
 pub mod run_filter;
+pub mod run_stats;
 pub mod schedule;
 pub mod shard;
 pub mod timestamp;

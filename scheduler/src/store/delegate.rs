@@ -130,6 +130,15 @@ macro_rules! route_store {
                 run_search::search_runs(&self.$reads, filter).await
             }
 
+            async fn run_stats(
+                &self,
+                from: ::chrono::DateTime<::chrono::Utc>,
+                until: ::chrono::DateTime<::chrono::Utc>,
+                apps: Option<&[String]>,
+            ) -> Result<Vec<$crate::domain::run_stats::RunCount>, $crate::store::StoreError> {
+                run_stats::run_stats(&self.$reads, from, until, apps).await
+            }
+
             async fn fire_items(
                 &self,
                 job_id: ::uuid::Uuid,

@@ -234,6 +234,16 @@ pub trait Store: Send + Sync + 'static {
     /// through its own index (migrations `*_run_search.sql`).
     async fn search_runs(&self, filter: &crate::domain::RunFilter) -> Result<Vec<Run>, StoreError>;
 
+    /// The runs whose fire time is in `[from, until]` (of `apps` only, when given; an
+    /// empty list matches nothing), counted by minute of fire time, state, retry and
+    /// lateness bucket (see [`crate::domain::run_stats`]), in no particular order.
+    async fn run_stats(
+        &self,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+        apps: Option<&[String]>,
+    ) -> Result<Vec<crate::domain::run_stats::RunCount>, StoreError>;
+
     /// Every item (run) of job `job_id`'s fire at `fire_time`, by shard.
     async fn fire_items(
         &self,

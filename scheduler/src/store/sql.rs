@@ -62,3 +62,19 @@ macro_rules! held_run {
         "waiting_for = 'previous'"
     };
 }
+
+/// The lateness histogram bucket ([`crate::domain::run_stats::lateness_bucket`]) of a run
+/// as a SQL `CASE`, given each backend's expression of its lateness in ms: NULL for runs
+/// not measured (a later attempt, or never confirmed by the broker), else the first
+/// bucket whose upper edge holds the lateness. Built from
+/// [`crate::domain::run_stats::LATENESS_BOUNDS_MS`], so the stores and the percentiles
+/// agree on the edges.
+pub(super) fn lateness_bucket_case(lateness_ms: &str) -> String {
+    use crate::domain::run_stats::LATENESS_BOUNDS_MS;
+    let mut case = String::from("CASE WHEN attempt <> 1 OR dispatched_at IS NULL THEN NULL");
+    for (bucket, edge) in LATENESS_BOUNDS_MS.iter().enumerate() {
+        case.push_str(&format!(" WHEN {lateness_ms} <= {edge} THEN {bucket}"));
+    }
+    case.push_str(&format!(" ELSE {} END", LATENESS_BOUNDS_MS.len()));
+    case
+}

@@ -128,6 +128,15 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             (Method::GET, format!("/v1/runs/{run}"), None, Needs::ReadA),
             (Method::GET, "/v1/runs".into(), None, Needs::AnyRole),
             (Method::GET, "/v1/runs?app=a".into(), None, Needs::ReadA),
+            // Run statistics: every role, counting its apps' runs; naming an app outside
+            // them is refused.
+            (Method::GET, "/v1/stats/runs".into(), None, Needs::AnyRole),
+            (
+                Method::GET,
+                "/v1/stats/runs?app=a".into(),
+                None,
+                Needs::ReadA,
+            ),
             (
                 Method::GET,
                 format!("/v1/runs?job={job}"),
@@ -206,6 +215,7 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             (Method::GET, "/v1/consumers".into(), None, Needs::AnyRole),
             (Method::GET, "/metrics".into(), None, Needs::AnyRole),
             (Method::GET, "/v1/openapi.json".into(), None, Needs::AnyRole),
+            (Method::GET, "/v1/me".into(), None, Needs::AnyRole),
             (Method::GET, "/v1/tokens".into(), None, Needs::Admin),
             (
                 Method::POST,
@@ -269,7 +279,7 @@ async fn every_route_by_every_role_is_allowed_or_refused_as_documented() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 31);
+    assert_eq!(checked, 5 * 34);
 }
 
 #[tokio::test]
@@ -433,6 +443,23 @@ async fn tokens_are_shown_once_listed_without_secrets_and_revoked_at_once() {
 
     let works = send_as(&app, &secret, Method::GET, "/v1/jobs?app=a", None).await;
     assert_eq!(works.status, StatusCode::OK);
+    // The token describes itself: what a client may show it.
+    let me = send_as(&app, &secret, Method::GET, "/v1/me", None).await;
+    assert_eq!(me.status, StatusCode::OK, "{}", me.body);
+    assert_eq!(
+        (me.body["name"].as_str(), me.body["role"].as_str()),
+        (Some("ci"), Some("operator"))
+    );
+    assert_eq!(me.body["apps"], json!(["a", "b"]));
+    let actions: Vec<&str> = me.body["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(actions.contains(&"change_jobs") && actions.contains(&"trigger_jobs"));
+    assert!(!actions.contains(&"purge_queue") && !actions.contains(&"manage_tokens"));
+    assert!(!me.body.to_string().contains(&secret[6..]));
     // The same name again, a bad role, a bad name, no apps: refused, naming the field.
     for (body, status, field) in [
         (

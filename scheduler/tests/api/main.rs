@@ -22,6 +22,7 @@ mod openapi;
 mod preview;
 mod quotas;
 mod run_search;
+mod run_stats;
 mod runs;
 mod support;
 mod window;

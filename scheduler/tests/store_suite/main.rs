@@ -19,6 +19,7 @@ mod reconcile;
 mod replies;
 mod retention;
 mod run_search;
+mod run_stats;
 mod runs;
 mod tokens;
 
@@ -268,6 +269,7 @@ store_suite!(
         reconcile::await_consumer_moves_the_deadline_without_using_an_attempt,
         runs::runs_page_newest_first,
         run_search::runs_are_searched_across_jobs,
+        run_stats::run_stats_count_runs_by_minute_state_retry_and_lateness,
         runs::manual_runs_and_unconfirmed_runs,
         reconcile::retryable_failures_retry_after_backoff_then_die,
         replies::deadlines_follow_acks_and_heartbeats,

@@ -1,5 +1,5 @@
 //! The HTTP API's wire types: what clients send and what `chimed` answers, by resource
-//! ([`job`], [`batch`], [`backfill`], [`run`], [`run_search`], [`page`], [`preview`], [`cluster`], [`consumer`], [`dlq`],
+//! ([`job`], [`batch`], [`backfill`], [`run`], [`run_search`], [`run_stats`], [`page`], [`preview`], [`cluster`], [`consumer`], [`dlq`],
 //! [`token`]), and [`RequestError`], what parsing
 //! them refuses.
 //!
@@ -21,6 +21,7 @@ pub mod page;
 pub mod preview;
 pub mod run;
 pub mod run_search;
+pub mod run_stats;
 pub mod token;
 
 pub use audit::{AuditEntryResponse, AuditListQuery};
@@ -36,6 +37,7 @@ pub use page::{ListQuery, ListResponse, parse_run_cursor, run_cursor};
 pub use preview::{PreviewQuery, PreviewResponse, SchedulePreviewRequest, UpcomingFireResponse};
 pub use run::{InstanceResponse, ItemResponse, RunResponse};
 pub use run_search::RunSearchQuery;
-pub use token::{TokenRequest, TokenResponse};
+pub use run_stats::{RunStatsQuery, RunStatsResponse};
+pub use token::{MeResponse, TokenRequest, TokenResponse};
 
 pub use crate::domain::{fire_state::FireState, timestamp::timestamp};

@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{access::ApiToken, timestamp::timestamp};
+use crate::domain::{
+    access::{ApiToken, Caller},
+    timestamp::timestamp,
+};
 
 /// `POST /v1/tokens`.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
@@ -16,6 +19,34 @@ pub struct TokenRequest {
     /// The apps it acts on; `["*"]` for every app. Admin tokens act on every app.
     #[serde(default)]
     pub apps: Vec<String>,
+}
+
+/// The answer of `GET /v1/me`: the calling token and what it may do.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MeResponse {
+    /// The token's name.
+    pub name: String,
+    /// Its role: `reader`, `operator` or `admin`.
+    pub role: String,
+    /// Its apps (`["*"]`: every app).
+    pub apps: Vec<String>,
+    /// The actions its role reaches (on its own apps' resources), by name.
+    pub actions: Vec<String>,
+}
+
+impl From<&Caller> for MeResponse {
+    fn from(caller: &Caller) -> Self {
+        Self {
+            name: caller.name.clone(),
+            role: caller.role.to_string(),
+            apps: caller.apps.to_list(),
+            actions: caller
+                .allowed_actions()
+                .into_iter()
+                .map(|action| action.name().to_string())
+                .collect(),
+        }
+    }
 }
 
 /// A token as listed (and as created, with its `token` secret).
