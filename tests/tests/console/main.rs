@@ -7,4 +7,6 @@
 
 mod support;
 
+mod dlq;
+mod runs;
 mod signin;
