@@ -13,14 +13,11 @@ use uuid::Uuid;
 
 use super::{
     body::{from_value, parse_json, read_body, read_no_arguments},
-    dto::{JobRequest, JobResponse, ListQuery, ListResponse, RunResponse},
+    dto::{JobListQuery, JobRequest, JobResponse, ListResponse, RunResponse},
     error::{ApiError, ErrorCode},
     state::AppState,
 };
-use crate::{
-    domain::{Job, access::Caller},
-    store::JobPage,
-};
+use crate::domain::{Job, access::Caller};
 
 /// Creates a job.
 #[utoipa::path(
@@ -50,51 +47,29 @@ pub(super) async fn create(
     ))
 }
 
-/// Lists jobs, by id, a page at a time.
+/// Lists jobs a page at a time: filtered, in the order asked (creation order by
+/// default), each page from the previous one's cursor.
 #[utoipa::path(
     get, path = "/v1/jobs", operation_id = "listJobs", tag = "jobs",
-    params(ListQuery),
-    responses((status = 200, description = "A page of jobs.", body = ListResponse<JobResponse>)),
+    params(JobListQuery),
+    responses(
+        (status = 200, description = "A page of jobs.", body = ListResponse<JobResponse>),
+        (status = 400, description = "A bad parameter, named as `field` (`invalid_field`); a cursor of a list in another order is refused (`cursor`).", body = super::error::ErrorBody),
+    ),
 )]
 pub(super) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    query: Result<Query<JobListQuery>, QueryRejection>,
 ) -> Result<Json<ListResponse<JobResponse>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::new(ErrorCode::InvalidField, e.body_text()))?;
-    let limit = query.limit()?;
-    // An app that breaks the naming rule names no job (and a NUL in it is one the
-    // database would refuse to compare).
-    if let Some(app) = &query.app {
-        crate::domain::job::validate_name("app", app)?;
-    }
-    let after = query
-        .cursor
-        .as_deref()
-        .map(|c| {
-            Uuid::parse_str(c).map_err(|_| {
-                ApiError::field(
-                    ErrorCode::InvalidField,
-                    "cursor",
-                    format!("invalid cursor {c:?}"),
-                )
-            })
+    let filter = query.to_filter()?;
+    let jobs = state.jobs().list(&caller, &filter).await?;
+    let next = (jobs.len() == filter.limit as usize)
+        .then(|| {
+            jobs.last()
+                .map(|j| filter.sort.position_of(j).cursor(filter.sort))
         })
-        .transpose()?;
-    let jobs = state
-        .jobs()
-        .list(
-            &caller,
-            &JobPage {
-                app: query.app.clone(),
-                apps: None,
-                after,
-                limit,
-            },
-        )
-        .await?;
-    let next = (jobs.len() == limit as usize)
-        .then(|| jobs.last().map(|j| j.id.to_string()))
         .flatten();
     Ok(Json(ListResponse {
         items: jobs.iter().map(JobResponse::from).collect(),

@@ -55,7 +55,7 @@ use crate::{
     broker::GroupDeclarer,
     dispatch::{ChangeGuard, DispatchHandle},
     domain::{
-        FieldError, Job, JobSpec, LiveZones, RunTrigger,
+        FieldError, Job, JobFilter, JobSpec, LiveZones, RunTrigger,
         access::{Action, Caller, Denied},
         audit::{AuditEntry, actions},
         job::reschedules,
@@ -64,7 +64,7 @@ use crate::{
         quota::{QuotaExceeded, Quotas},
         schedule::{Schedule, ScheduleSpec},
     },
-    store::{JobPage, Store, StoreError, live_since, needs_live_zones},
+    store::{Store, StoreError, live_since, needs_live_zones},
     telemetry,
     timer::TimerHandle,
 };
@@ -345,15 +345,19 @@ impl Jobs {
         Ok(job)
     }
 
-    /// A page of jobs, in creation order: of `page.app` if given, and only of the
-    /// caller's apps.
-    pub async fn list(&self, caller: &Caller, page: &JobPage) -> Result<Vec<Job>, JobsError> {
-        caller.check(Action::ReadJobs, page.app.as_deref())?;
-        let mut page = page.clone();
-        if page.app.is_none() {
-            page.apps = caller.visible_apps();
+    /// A page of the job list (`filter`: its filters, order and position): of the app
+    /// it names if any (refused when outside the caller's apps), else of every app the
+    /// caller may read.
+    pub async fn list(&self, caller: &Caller, filter: &JobFilter) -> Result<Vec<Job>, JobsError> {
+        caller.check(Action::ReadJobs, None)?;
+        for app in filter.apps.iter().flatten() {
+            caller.check(Action::ReadJobs, Some(app))?;
         }
-        Ok(self.store.list_jobs(&page).await?)
+        let mut filter = filter.clone();
+        if filter.apps.is_none() {
+            filter.apps = caller.visible_apps();
+        }
+        Ok(self.store.search_jobs(&filter).await?)
     }
 
     /// Stores a new job of `spec`, tells the timer and declares its queues.

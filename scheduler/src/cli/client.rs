@@ -9,8 +9,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::api::dto::{
-    BatchRefusal, DlqItems, DlqMessage, DlqSummary, JobBatchResponse, JobResponse, ListResponse,
-    PurgeResponse, ReplayReport, ReplayRequest,
+    BatchRefusal, DlqItems, DlqMessage, DlqSummary, JobBatchResponse, JobListQuery, JobResponse,
+    ListResponse, PurgeResponse, ReplayReport, ReplayRequest,
 };
 
 /// Why a request failed.
@@ -240,21 +240,30 @@ impl Client {
         ClientError::Transport { server, reason }
     }
 
-    /// Every job (of `app`), following cursors, at most `limit`.
+    /// Every job `query` asks for (its filters and order), following cursors, at most
+    /// `limit`. A bad filter is the server's to refuse (it names it).
     pub async fn all_jobs(
         &self,
-        app: Option<&str>,
+        query: &JobListQuery,
         limit: Option<usize>,
     ) -> Result<Vec<JobResponse>, ClientError> {
         let mut jobs = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
             let mut path = "/v1/jobs?limit=1000".to_string();
-            if let Some(app) = app {
-                path.push_str(&format!("&app={app}"));
-            }
-            if let Some(cursor) = &cursor {
-                path.push_str(&format!("&cursor={cursor}"));
+            let params = [
+                ("app", &query.app),
+                ("group", &query.group),
+                ("mode", &query.mode),
+                ("paused", &query.paused),
+                ("q", &query.q),
+                ("sort", &query.sort),
+                ("cursor", &cursor),
+            ];
+            for (name, value) in params {
+                if let Some(value) = value {
+                    path.push_str(&format!("&{name}={}", segment(value)));
+                }
             }
             let page: ListResponse<JobResponse> = self.get(&path).await?;
             jobs.extend(page.items);
@@ -275,7 +284,11 @@ impl Client {
             return Ok(id);
         }
         let (app, name) = reference.split_once('/').unwrap_or(("default", reference));
-        self.all_jobs(Some(app), None)
+        let query = JobListQuery {
+            app: Some(app.to_string()),
+            ..JobListQuery::default()
+        };
+        self.all_jobs(&query, None)
             .await?
             .into_iter()
             .find(|job| job.spec.name == name)

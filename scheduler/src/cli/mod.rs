@@ -25,7 +25,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::api::{
     cancel::CancelResponse,
-    dto::{ClusterResponse, JobResponse, ListResponse, RunResponse},
+    dto::{ClusterResponse, JobListQuery, JobResponse, ListResponse, RunResponse},
 };
 pub use client::{Client, ClientError};
 pub use consumers::ConsumerCommand;
@@ -119,6 +119,22 @@ pub enum JobCommand {
         /// Only jobs of this app.
         #[arg(long)]
         app: Option<String>,
+        /// Only jobs whose target group is this.
+        #[arg(long)]
+        group: Option<String>,
+        /// Only jobs of this target mode: group, broadcast, zone or sharded.
+        #[arg(long)]
+        mode: Option<String>,
+        /// Only paused jobs (`--paused`, `--paused true`) or running ones (`--paused false`).
+        #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+        paused: Option<String>,
+        /// Only jobs whose name or app/name contains this, ignoring case.
+        #[arg(long)]
+        search: Option<String>,
+        /// The order: name, -name, next_fire_at, -next_fire_at, updated_at, -updated_at
+        /// (default: creation order).
+        #[arg(long, allow_hyphen_values = true)]
+        sort: Option<String>,
         /// At most this many (all by default).
         #[arg(long)]
         limit: Option<usize>,
@@ -269,8 +285,25 @@ async fn job(
             print_jobs(out, json, &[job], true)
         }
         JobCommand::Import(args) => import::import(client, &args, json, out, input).await,
-        JobCommand::Ls { app, limit } => {
-            let jobs = client.all_jobs(app.as_deref(), limit).await?;
+        JobCommand::Ls {
+            app,
+            group,
+            mode,
+            paused,
+            search,
+            sort,
+            limit,
+        } => {
+            let query = JobListQuery {
+                app,
+                group,
+                mode,
+                paused,
+                q: search,
+                sort,
+                ..JobListQuery::default()
+            };
+            let jobs = client.all_jobs(&query, limit).await?;
             if json {
                 return write_json(
                     out,

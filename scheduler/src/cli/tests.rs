@@ -62,6 +62,17 @@ fn common_synonyms_are_aliases() {
     ));
     assert!(matches!(job(&["job", "list"]), JobCommand::Ls { .. }));
     assert!(matches!(job(&["jobs", "ls"]), JobCommand::Ls { .. }));
+    assert!(matches!(
+        job(&["job", "ls", "--group", "g", "--mode", "zone", "--paused", "--search", "Close",
+              "--sort", "-next_fire_at"]),
+        JobCommand::Ls { group: Some(g), mode: Some(m), paused: Some(p), search: Some(q),
+                         sort: Some(s), .. }
+            if g == "g" && m == "zone" && p == "true" && q == "Close" && s == "-next_fire_at"
+    ));
+    assert!(matches!(
+        job(&["job", "ls", "--paused", "false"]),
+        JobCommand::Ls { paused: Some(p), .. } if p == "false"
+    ));
     assert!(matches!(job(&["job", "show", "x"]), JobCommand::Get { .. }));
     assert!(matches!(
         job(&["job", "describe", "x"]),

@@ -12,6 +12,7 @@ pub mod duration;
 pub mod failure_pause;
 pub mod fire_state;
 pub mod job;
+pub mod job_filter;
 pub mod limits;
 pub mod misfire;
 pub mod overlap;
@@ -33,6 +34,7 @@ pub mod wire_schema;
 
 pub use fire_state::FireState;
 pub use job::{DeliveryMode, Job, JobFires, JobSettings, JobSpec, LiveZones, Target};
+pub use job_filter::{JobFilter, JobPosition, JobSort};
 pub use misfire::{FirePlan, MisfirePolicy, judge_recorded, plan_fires};
 pub use overlap::OverlapPolicy;
 pub use retry::Backoff;

@@ -28,11 +28,11 @@ macro_rules! route_store {
                 jobs::get_job(&self.$reads, id).await
             }
 
-            async fn list_jobs(
+            async fn search_jobs(
                 &self,
-                page: &$crate::store::JobPage,
+                filter: &$crate::domain::JobFilter,
             ) -> Result<Vec<$crate::domain::Job>, $crate::store::StoreError> {
-                jobs::list_jobs(&self.$reads, page).await
+                job_search::search_jobs(&self.$reads, filter).await
             }
 
             async fn update_job(

@@ -49,9 +49,9 @@ pub use open::{Backend, open, open_backend};
 pub use postgres::PostgresStore;
 pub use sqlite::{SingleNodeLock, SqliteStore};
 pub use types::{
-    ConsumerInstance, DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, JobPage, MAX_NOTES,
-    Misfire, NextAttempt, OverdueRun, RecordedReplies, Replay, ReplyApplied, ReplyEffect,
-    RunChange, RunPage, StoredToken,
+    ConsumerInstance, DueCursor, DuePage, Expect, FireBatch, Firing, Jitter, MAX_NOTES, Misfire,
+    NextAttempt, OverdueRun, RecordedReplies, Replay, ReplyApplied, ReplyEffect, RunChange,
+    RunPage, StoredToken,
 };
 
 /// Why a store operation failed.
@@ -145,8 +145,9 @@ pub trait Store: Send + Sync + 'static {
     /// A job by id.
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
 
-    /// A page of jobs.
-    async fn list_jobs(&self, page: &JobPage) -> Result<Vec<Job>, StoreError>;
+    /// A page of the job list: the jobs matching `filter`, in its order, after its
+    /// position (see [`crate::domain::JobFilter`]).
+    async fn search_jobs(&self, filter: &crate::domain::JobFilter) -> Result<Vec<Job>, StoreError>;
 
     /// Replaces a job's definition, pause state and version with `job`'s, if the stored
     /// version is still `expected_version`; its next fire time too when `set_next_fire`

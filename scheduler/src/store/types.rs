@@ -8,19 +8,6 @@ use chime_consumer::protocol::AttemptRecord;
 
 use crate::domain::{Job, JobSettings, MisfirePolicy, Run, RunState, shard::ShardToken};
 
-/// A page of the job list: jobs ordered by id (creation order).
-#[derive(Debug, Clone, Default)]
-pub struct JobPage {
-    /// Only jobs of this app.
-    pub app: Option<String>,
-    /// Only jobs of these apps (a scoped caller's), when `app` is not given.
-    pub apps: Option<Vec<String>>,
-    /// Only jobs after this id (the previous page's last).
-    pub after: Option<Uuid>,
-    /// At most this many.
-    pub limit: u32,
-}
-
 /// A page of a job's runs: newest fire time first.
 #[derive(Debug, Clone, Default)]
 pub struct RunPage {

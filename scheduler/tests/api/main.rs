@@ -14,6 +14,7 @@ mod consumers;
 mod dlq;
 mod edges;
 mod failure_pause;
+mod job_search;
 mod jobs;
 mod jobs_service;
 mod listener;

@@ -10,11 +10,9 @@ fn batch(prefix: &str, n: usize, now: DateTime<Utc>) -> Vec<Job> {
 
 async fn count_jobs(store: &dyn Store) -> usize {
     store
-        .list_jobs(&JobPage {
-            app: None,
-            apps: None,
-            after: None,
+        .search_jobs(&JobFilter {
             limit: 10_000,
+            ..JobFilter::default()
         })
         .await
         .unwrap()

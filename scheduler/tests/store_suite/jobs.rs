@@ -36,52 +36,46 @@ pub(super) async fn job_list_pages_in_creation_order(store: &dyn Store) {
         ids.push(job.id);
     }
     let first = store
-        .list_jobs(&JobPage {
-            app: None,
-            apps: None,
-            after: None,
+        .search_jobs(&JobFilter {
             limit: 2,
+            ..JobFilter::default()
         })
         .await
         .unwrap();
     assert_eq!(first.iter().map(|j| j.id).collect::<Vec<_>>(), ids[..2]);
     let rest = store
-        .list_jobs(&JobPage {
-            app: None,
-            apps: None,
-            after: Some(ids[1]),
+        .search_jobs(&JobFilter {
+            after: Some(JobPosition::Id(ids[1])),
             limit: 10,
+            ..JobFilter::default()
         })
         .await
         .unwrap();
     assert_eq!(rest.iter().map(|j| j.id).collect::<Vec<_>>(), ids[2..]);
     let shop = store
-        .list_jobs(&JobPage {
-            app: Some("shop".into()),
-            apps: None,
-            after: None,
+        .search_jobs(&JobFilter {
+            apps: Some(vec!["shop".into()]),
             limit: 10,
+            ..JobFilter::default()
         })
         .await
         .unwrap();
     assert_eq!(shop.len(), 4);
     // A scoped caller's listing: only the apps named, in creation order.
     let scoped = store
-        .list_jobs(&JobPage {
-            app: None,
+        .search_jobs(&JobFilter {
             apps: Some(vec!["other".into(), "nobody".into()]),
-            after: None,
             limit: 10,
+            ..JobFilter::default()
         })
         .await
         .unwrap();
     assert_eq!(scoped.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[4]]);
     let none = store
-        .list_jobs(&JobPage {
-            app: None,
+        .search_jobs(&JobFilter {
             apps: Some(vec![]),
-            after: None,
             limit: 10,
+            ..JobFilter::default()
         })
         .await
         .unwrap();

@@ -1,7 +1,7 @@
 //! One store test suite, run against both backends: every case gets a fresh SQLite file
 //! and a fresh PostgreSQL database (PostgreSQL must be running: deploy/local/postgres.sh).
 //! The test bodies are generic over the store and live in one file per concern
-//! (jobs, import, due, fire, overlap, runs, backfill, cancel, replies, reconcile, presence, retention); this file
+//! (jobs, job search, import, due, fire, overlap, runs, backfill, cancel, replies, reconcile, presence, retention); this file
 //! holds the shared fixtures and the macro that runs every body on both backends.
 
 mod audit;
@@ -11,6 +11,7 @@ mod due;
 mod failures;
 mod fire;
 mod import;
+mod job_search;
 mod jobs;
 mod overlap;
 mod presence;
@@ -34,15 +35,15 @@ use chime_scheduler::{
     dlq,
     domain::broadcast::ReceiptState,
     domain::{
-        DeliveryMode, Job, JobSettings, JobSpec, LiveZones, MisfirePolicy, OverlapPolicy, Run,
-        RunState, RunTrigger, Schedule, Target, WaitingFor, duration::HumanDuration, job::limits,
-        schedule::ScheduleSpec,
+        DeliveryMode, Job, JobFilter, JobPosition, JobSettings, JobSort, JobSpec, LiveZones,
+        MisfirePolicy, OverlapPolicy, Run, RunState, RunTrigger, Schedule, Target, WaitingFor,
+        duration::HumanDuration, job::limits, schedule::ScheduleSpec,
     },
     reconcile::broadcasts::settle_broadcast,
     retention::{PruneOutcome, Pruner, RetentionSettings},
     store::{
-        DueCursor, Expect, Firing, JobPage, NextAttempt, Replay, ReplyApplied, ReplyEffect,
-        RunPage, Store, StoreError, live_since, test_support::StoreTestSupport,
+        DueCursor, Expect, Firing, NextAttempt, Replay, ReplyApplied, ReplyEffect, RunPage, Store,
+        StoreError, live_since, test_support::StoreTestSupport,
     },
 };
 
@@ -241,6 +242,8 @@ store_suite!(
         import::insert_jobs_stores_every_job_of_a_batch,
         import::insert_jobs_with_a_taken_name_stores_nothing,
         jobs::job_list_pages_in_creation_order,
+        job_search::jobs_are_filtered_sorted_and_paged,
+        job_search::a_cursor_serves_only_its_own_order,
         tokens::tokens_round_trip_and_revoke,
         audit::audit_entries_filter_page_and_prune,
         jobs::app_usage_counts_jobs_and_groups,

@@ -16,6 +16,7 @@ pub mod consumer;
 pub mod dlq;
 mod error;
 pub mod job;
+pub mod job_search;
 pub mod page;
 pub mod preview;
 pub mod run;
@@ -31,6 +32,7 @@ pub use consumer::{ConsumerGroupResponse, ConsumerResponse, ConsumersQuery, Cons
 pub use dlq::{DlqItems, DlqMessage, DlqSummary, PurgeResponse, ReplayReport, ReplayRequest};
 pub use error::RequestError;
 pub use job::{BackoffRequest, JobRequest, JobResponse, JobResponseSpec, TargetRequest};
+pub use job_search::JobListQuery;
 pub use page::{ListQuery, ListResponse, parse_run_cursor, run_cursor};
 pub use preview::{PreviewQuery, PreviewResponse, SchedulePreviewRequest, UpcomingFireResponse};
 pub use run::{InstanceResponse, ItemResponse, RunResponse};

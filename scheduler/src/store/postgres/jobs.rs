@@ -1,4 +1,4 @@
-//! Jobs on PostgreSQL: create, read, page, update (withdrawing fires armed ahead, see
+//! Jobs on PostgreSQL: create, read, update (withdrawing fires armed ahead, see
 //! [`crate::store::update_plan`]) and delete, each change notified to every node's timer.
 
 use chrono::{DateTime, Utc};
@@ -9,7 +9,7 @@ use super::cluster;
 use super::rows::job_from_row;
 use crate::domain::Job;
 use crate::domain::shard::shard_of;
-use crate::store::{JobPage, StoreError, job_write_error, update_plan};
+use crate::store::{StoreError, job_write_error, update_plan};
 
 /// Tells every node's timer that a job changed (delivered when the caller's statement
 /// has committed: each write here is its own transaction).
@@ -60,24 +60,6 @@ pub(super) async fn get_job(pool: &PgPool, id: Uuid) -> Result<Option<Job>, Stor
     .as_ref()
     .map(job_from_row)
     .transpose()
-}
-
-pub(super) async fn list_jobs(pool: &PgPool, page: &JobPage) -> Result<Vec<Job>, StoreError> {
-    sqlx::query(concat!(
-        "SELECT ",
-        job_read_columns!(),
-        " FROM jobs WHERE ($1::text IS NULL OR app = $1) AND ($2::uuid IS NULL OR id > $2)
-          AND ($4::text[] IS NULL OR app = ANY($4)) ORDER BY id LIMIT $3"
-    ))
-    .bind(&page.app)
-    .bind(page.after)
-    .bind(i64::from(page.limit))
-    .bind(&page.apps)
-    .fetch_all(pool)
-    .await?
-    .iter()
-    .map(job_from_row)
-    .collect()
 }
 
 pub(super) async fn update_job(

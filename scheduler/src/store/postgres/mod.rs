@@ -9,6 +9,7 @@ mod audit;
 pub mod cluster;
 mod failures;
 mod fire;
+mod job_search;
 mod jobs;
 mod presence;
 mod reconcile;
@@ -208,6 +209,15 @@ impl PostgresStore {
         filter: &crate::domain::RunFilter,
     ) -> Result<Value, StoreError> {
         run_search::explain_search_runs(&self.pool, filter).await
+    }
+
+    /// `EXPLAIN (ANALYZE, FORMAT JSON)` of each query a page of the job list for `filter`
+    /// may run, for tests that each order and filter reads through an index.
+    pub async fn explain_search_jobs(
+        &self,
+        filter: &crate::domain::JobFilter,
+    ) -> Result<Vec<Value>, StoreError> {
+        job_search::explain_search_jobs(&self.pool, filter).await
     }
 
     /// The plan of the run statistics' count (`GET /v1/stats/runs`) for fire times in

@@ -1,4 +1,4 @@
-//! Jobs on SQLite: create, read, page, update (withdrawing fires armed ahead, see
+//! Jobs on SQLite: create, read, update (withdrawing fires armed ahead, see
 //! [`crate::store::update_plan`]) and delete.
 
 use sqlx::SqlitePool;
@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::rows::{job_from_row, ms, opt_ms, settings_text};
 use crate::domain::Job;
 use crate::domain::shard::{DEFAULT_SHARD_COUNT, shard_of};
-use crate::store::{JobPage, StoreError, job_write_error, update_plan};
+use crate::store::{StoreError, job_write_error, update_plan};
 
 pub(super) async fn insert_job(writer: &SqlitePool, job: &Job) -> Result<(), StoreError> {
     let result = sqlx::query(concat!(
@@ -42,31 +42,6 @@ pub(super) async fn get_job(readers: &SqlitePool, id: Uuid) -> Result<Option<Job
     .as_ref()
     .map(job_from_row)
     .transpose()
-}
-
-pub(super) async fn list_jobs(
-    readers: &SqlitePool,
-    page: &JobPage,
-) -> Result<Vec<Job>, StoreError> {
-    sqlx::query(concat!(
-        "SELECT ",
-        job_read_columns!(),
-        " FROM jobs WHERE (?1 IS NULL OR app = ?1) AND (?2 IS NULL OR id > ?2)
-           AND (?4 IS NULL OR app IN (SELECT value FROM json_each(?4))) ORDER BY id LIMIT ?3"
-    ))
-    .bind(&page.app)
-    .bind(page.after.map(|id| id.to_string()))
-    .bind(page.limit)
-    .bind(
-        page.apps
-            .as_ref()
-            .map(|apps| serde_json::to_string(apps).expect("a list of strings encodes")),
-    )
-    .fetch_all(readers)
-    .await?
-    .iter()
-    .map(job_from_row)
-    .collect()
 }
 
 pub(super) async fn update_job(

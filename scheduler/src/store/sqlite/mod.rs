@@ -10,6 +10,7 @@
 mod audit;
 mod failures;
 mod fire;
+mod job_search;
 mod jobs;
 mod presence;
 mod reconcile;
@@ -194,6 +195,15 @@ impl SqliteStore {
         filter: &crate::domain::RunFilter,
     ) -> Result<Vec<String>, StoreError> {
         run_search::explain_search_runs(&self.readers, filter).await
+    }
+
+    /// The plan of each query a page of the job list for `filter` may run, one line per
+    /// step (for tests that each order and filter uses an index).
+    pub async fn explain_search_jobs(
+        &self,
+        filter: &crate::domain::JobFilter,
+    ) -> Result<Vec<Vec<String>>, StoreError> {
+        job_search::explain_search_jobs(&self.readers, filter).await
     }
 
     /// The plan of the run statistics' count (`GET /v1/stats/runs`) for fire times in
