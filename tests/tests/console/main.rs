@@ -7,4 +7,5 @@
 
 mod support;
 
+mod jobs;
 mod signin;
