@@ -63,7 +63,9 @@ fn describe_cron(expression: &str) -> Option<String> {
     let units = ["second", "minute", "hour"];
     let mut parts = Vec::new();
     // The period: the finest of second, minute, hour that is `*` or `*/n`.
-    let period = fields[..3].iter().position(|f| !matches!(f, Field::Values(_)));
+    let period = fields[..3]
+        .iter()
+        .position(|f| !matches!(f, Field::Values(_)));
     match period {
         Some(p) => {
             parts.push(match &fields[p] {
@@ -108,11 +110,7 @@ fn describe_cron(expression: &str) -> Option<String> {
     match &fields[3] {
         Field::Any => {}
         Field::Step(n) => parts.push(format!("every {n} days of the month")),
-        Field::Values(v) => parts.push(format!(
-            "on day{} {} of the month",
-            plural(v),
-            list(v)
-        )),
+        Field::Values(v) => parts.push(format!("on day{} {} of the month", plural(v), list(v))),
     }
     match &fields[4] {
         Field::Any => {}
