@@ -79,11 +79,11 @@ fn describe_cron(expression: &str) -> Option<String> {
             if !finer.is_empty() {
                 parts.push(format!("at {}", finer.join(", ")));
             }
-            for i in p + 1..3 {
-                match &fields[i] {
+            for (unit, coarser) in units.iter().zip(&fields[..3]).skip(p + 1) {
+                match coarser {
                     Field::Any => {}
-                    Field::Step(n) => parts.push(format!("in every {} {}", ordinal(n), units[i])),
-                    values => parts.push(format!("in {}", at_values(units[i], values))),
+                    Field::Step(n) => parts.push(format!("in every {} {unit}", ordinal(n))),
+                    values => parts.push(format!("in {}", at_values(unit, values))),
                 }
             }
         }

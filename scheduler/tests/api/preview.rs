@@ -101,10 +101,7 @@ async fn a_schedule_not_yet_saved_is_previewed_without_storing_anything() {
         )
         .await;
     assert_eq!(instants(&once.body).len(), 1, "a one-shot fires once");
-    assert_eq!(
-        once.body["description"],
-        "once at 2099-01-01T00:00:00.000Z"
-    );
+    assert_eq!(once.body["description"], "once at 2099-01-01T00:00:00.000Z");
 
     let jobs = app.get("/v1/jobs").await;
     assert_eq!(jobs.body["items"], json!([]), "nothing was stored");

@@ -19,6 +19,20 @@ fn only_failed_requests(errors: &[String], status: &str, path: &str) {
     );
 }
 
+/// The current value of the `css` input (a property: the attribute is not set).
+async fn value(browser: &chime_tests::browser::Browser, css: &str) -> String {
+    browser.find(css).await;
+    browser
+        .eval(
+            "return document.querySelector(arguments[0]).value;",
+            vec![json!(css)],
+        )
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 async fn job_pages(kind: StoreKind) {
     let console = Console::start(kind).await;
     let browser = &console.browser;
@@ -40,11 +54,7 @@ async fn job_pages(kind: StoreKind) {
             t.contains("other/elsewhere") && t.contains("every 1h")
         })
         .await;
-    let app = browser.find("input[name=app]").await;
-    assert_eq!(
-        browser.attribute(&app, "value").await.as_deref(),
-        Some("other")
-    );
+    assert_eq!(value(browser, "input[name=app]").await, "other");
     browser.screenshot("jobs-list").await;
     console.visit("#/jobs?app=shop", "jobs").await;
     browser
@@ -210,6 +220,8 @@ async fn job_pages(kind: StoreKind) {
     browser.fill("input[name=max_attempts]", "9").await;
     browser.click("[data-action=save]").await;
     browser.wait_page("job_detail").await;
+    // Leave the polling detail page, so the deletion below shows no 404 in this tab.
+    console.visit("#/jobs", "jobs").await;
     browser.switch_to(&first).await;
     browser.click("[data-action=save]").await;
     browser
@@ -225,11 +237,7 @@ async fn job_pages(kind: StoreKind) {
     assert_eq!(job["max_attempts"], 9, "the other tab's change stands");
     browser.click("[data-nav=reload]").await;
     browser.wait_page("job_form").await;
-    let attempts = browser.find("input[name=max_attempts]").await;
-    assert_eq!(
-        browser.attribute(&attempts, "value").await.as_deref(),
-        Some("9")
-    );
+    assert_eq!(value(browser, "input[name=max_attempts]").await, "9");
 
     // Delete, after a confirmation (cancelled once).
     console.visit(&format!("#/jobs/{id}"), "job_detail").await;
