@@ -8,7 +8,8 @@
 # in consumer-py/.venv, dependencies from PyPI, pytest against the same services), and
 # the property-based API test driven by the OpenAPI document (tests/tools/api-schema-test.sh:
 # schemathesis from PyPI against a live chimed).
-# Installs promtool (Debian package prometheus) when missing, for the rule checks.
+# Installs promtool (Debian package prometheus) when missing, for the rule checks, and
+# Chromium with chromium-driver for the console's browser tests.
 #
 # Usage: deploy/local/test.sh [extra cargo test arguments, e.g. -- restart]
 # Env:   CHIME_TEST_POSTGRES_URL  server the tests create databases on
@@ -37,12 +38,21 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 command -v promtool >/dev/null 2>&1 || die "promtool is needed (Debian package prometheus)"
 
+# Headless Chromium and its WebDriver (Debian's chromium and chromium-driver) for the
+# console's browser tests (tests/tests/console/); screenshots of every page are left in
+# target/console-screenshots/.
+if [[ ! -x /usr/bin/chromium ]] || ! command -v chromedriver >/dev/null 2>&1; then
+    apt_install chromium chromium-driver
+fi
+command -v chromedriver >/dev/null 2>&1 || die "chromedriver is needed (Debian package chromium-driver)"
+
 command -v cargo >/dev/null 2>&1 || die "cargo is needed (install Rust from https://rustup.rs)"
 cd "$ROOT"
 log "building the workspace"
 cargo build --workspace --all-targets
 log "running the test suite"
 cargo test --workspace "$@" -- --test-threads="${CHIME_TEST_THREADS:-4}"
+log "console screenshots: target/console-screenshots/"
 
 # --- the Python consumer package (consumer-py/) -------------------------------------
 # Python 3.9+ with venv and pip; Debian splits venv/ensurepip into python3-venv.

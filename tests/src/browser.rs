@@ -27,7 +27,7 @@ use crate::chimed::free_port;
 /// The W3C key of an element reference.
 const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 /// How long a wait lasts unless told otherwise.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub const WAIT: Duration = Duration::from_secs(30);
 
 /// A headless browser session and the chromedriver serving it (killed on drop).
 pub struct Browser {

@@ -109,8 +109,35 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     let mut doc =
         serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|e| json!({"error": e.to_string()}));
     Links::add(&mut doc);
+    unsigned_ranges(&mut doc);
     doc.to_string()
 });
+
+/// utoipa names unsigned integers by formats no OpenAPI tool knows (`u-int32`, with the
+/// `non_strict_integers` feature; without it, `int32`, whose range wrongly stops at
+/// 2^31 - 1 and made schemathesis call an accepted `limit` of 4 142 965 447 invalid).
+/// The document states the range itself instead: minimum 0, maximum the type's largest.
+fn unsigned_ranges(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            let maximum = match object.get("format").and_then(Value::as_str) {
+                Some("u-int8") => Some(json!(u8::MAX)),
+                Some("u-int16") => Some(json!(u16::MAX)),
+                Some("u-int32") => Some(json!(u32::MAX)),
+                Some("u-int64") => Some(json!(u64::MAX)),
+                _ => None,
+            };
+            if let Some(maximum) = maximum {
+                object.remove("format");
+                object.entry("minimum").or_insert(json!(0));
+                object.entry("maximum").or_insert(maximum);
+            }
+            object.values_mut().for_each(unsigned_ranges);
+        }
+        Value::Array(items) => items.iter_mut().for_each(unsigned_ranges),
+        _ => {}
+    }
+}
 
 /// The document, as JSON text.
 pub fn document_json() -> &'static str {

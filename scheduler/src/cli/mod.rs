@@ -131,8 +131,7 @@ pub enum JobCommand {
         /// Only jobs whose name or app/name contains this, ignoring case.
         #[arg(long)]
         search: Option<String>,
-        /// The order: name, -name, next_fire_at, -next_fire_at, updated_at, -updated_at
-        /// (default: creation order).
+        /// The order: name, -name, updated_at, -updated_at (default: creation order).
         #[arg(long, allow_hyphen_values = true)]
         sort: Option<String>,
         /// At most this many (all by default).

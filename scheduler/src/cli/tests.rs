@@ -64,10 +64,10 @@ fn common_synonyms_are_aliases() {
     assert!(matches!(job(&["jobs", "ls"]), JobCommand::Ls { .. }));
     assert!(matches!(
         job(&["job", "ls", "--group", "g", "--mode", "zone", "--paused", "--search", "Close",
-              "--sort", "-next_fire_at"]),
+              "--sort", "-updated_at"]),
         JobCommand::Ls { group: Some(g), mode: Some(m), paused: Some(p), search: Some(q),
                          sort: Some(s), .. }
-            if g == "g" && m == "zone" && p == "true" && q == "Close" && s == "-next_fire_at"
+            if g == "g" && m == "zone" && p == "true" && q == "Close" && s == "-updated_at"
     ));
     assert!(matches!(
         job(&["job", "ls", "--paused", "false"]),

@@ -1,5 +1,6 @@
 //! `GET /v1/jobs` searched: filters, orders and paging by cursor; every bad parameter is a
-//! 400 naming it, and a cursor of another order is refused.
+//! 400 naming it (a next-fire order among them), and a cursor of another order is
+//! refused.
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -89,7 +90,30 @@ async fn get_jobs_filters_sorts_and_pages_by_name() {
     assert_eq!(by("paused=true").await, ["shop/refresh-cache"]);
     assert_eq!(by("paused=false&app=shop").await, ["shop/close-orders"]);
     assert_eq!(by("q=p/c&sort=updated_at").await, ["shop/close-orders"]);
-    assert_eq!(by("sort=next_fire_at").await.len(), 4);
+    // Every order still answers each job's next fire.
+    let by_change = app.get("/v1/jobs?sort=-updated_at").await;
+    assert_eq!(by_change.status, StatusCode::OK, "{}", by_change.body);
+    let items = by_change.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4);
+    assert!(items.iter().all(|job| job["next_fire_at"].is_string()));
+}
+
+/// There is no next-fire order (an index on `next_fire_at` would be rewritten by every
+/// fire): `sort=next_fire_at` either way is a 400 on `sort` listing the orders there are.
+#[tokio::test]
+async fn get_jobs_has_no_next_fire_order() {
+    let app = TestApp::new().await;
+    for sort in ["next_fire_at", "-next_fire_at"] {
+        let answer = app.get(&format!("/v1/jobs?sort={sort}")).await;
+        answer
+            .assert_error(StatusCode::BAD_REQUEST, "invalid_field")
+            .assert_field("sort");
+        let message = answer.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("name, -name, updated_at, -updated_at"),
+            "{message}"
+        );
+    }
 }
 
 #[tokio::test]

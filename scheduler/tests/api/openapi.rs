@@ -152,6 +152,18 @@ async fn the_document_needs_a_token_and_describes_the_bearer_scheme_and_errors()
         error["properties"]["code"].is_object() && error["properties"]["message"].is_object(),
         "{error}"
     );
+    // Unsigned integers carry their real range, in formats every tool knows.
+    let text = doc.to_string();
+    assert!(
+        !text.contains("\"u-int") && !text.contains("\"int32\""),
+        "{text}"
+    );
+    let limit = &doc["components"]["schemas"]["ReplayRequest"]["properties"]["limit"];
+    assert_eq!(
+        (limit["minimum"].as_u64(), limit["maximum"].as_u64()),
+        (Some(0), Some(u64::from(u32::MAX))),
+        "{limit}"
+    );
     // The stateful chain's links.
     let links = &create["responses"]["201"]["links"];
     for link in ["GetJob", "UpdateJob", "TriggerJob", "DeleteJob"] {

@@ -28,10 +28,10 @@ pub struct JobListQuery {
     /// Only jobs whose name or `app/name` contains this, ignoring case (1 to 128
     /// characters).
     pub q: Option<String>,
-    /// The order: `name` (app, then name), `-name`, `next_fire_at` (soonest first),
-    /// `-next_fire_at`, `updated_at` (least recently changed first) or `-updated_at`.
-    /// Jobs that fire no more come last in both next-fire orders. Default: creation
-    /// order.
+    /// The order: `name` (app, then name), `-name`, `updated_at` (least recently
+    /// changed first) or `-updated_at`. Default: creation order. There is no next-fire
+    /// order (an index on it would be rewritten by every fire); each job's
+    /// `next_fire_at` is in the answer.
     pub sort: Option<String>,
     /// Page size, default 100, at most 1000.
     pub limit: Option<u32>,
@@ -96,9 +96,11 @@ mod tests {
             mode: Some("sharded".into()),
             paused: Some("true".into()),
             q: Some("Close".into()),
-            sort: Some("-next_fire_at".into()),
+            sort: Some("-updated_at".into()),
             limit: Some(5),
-            cursor: Some("-next_fire_at.none.00000000-0000-0000-0000-000000000001".into()),
+            cursor: Some(
+                "-updated_at.1764237600000000.00000000-0000-0000-0000-000000000001".into(),
+            ),
         }
         .to_filter()
         .unwrap();
@@ -107,8 +109,8 @@ mod tests {
         assert_eq!(filter.mode, Some(DeliveryMode::Sharded));
         assert_eq!(filter.paused, Some(true));
         assert_eq!(filter.search.as_deref(), Some("close"));
-        assert_eq!(filter.sort, JobSort::NextFire { descending: true });
-        assert!(matches!(filter.after, Some(JobPosition::NextFire(None, _))));
+        assert_eq!(filter.sort, JobSort::Updated { descending: true });
+        assert!(matches!(filter.after, Some(JobPosition::Updated(_, _))));
         assert_eq!(filter.limit, 5);
         let default = JobListQuery::default().to_filter().unwrap();
         assert_eq!((default.sort, default.limit), (JobSort::Created, 100));
@@ -124,6 +126,7 @@ mod tests {
         assert_eq!(bad(|q| q.paused = Some("1".into())), "paused");
         assert_eq!(bad(|q| q.q = Some(String::new())), "q");
         assert_eq!(bad(|q| q.sort = Some("id".into())), "sort");
+        assert_eq!(bad(|q| q.sort = Some("next_fire_at".into())), "sort");
         assert_eq!(bad(|q| q.limit = Some(1001)), "limit");
         assert_eq!(bad(|q| q.cursor = Some("x".into())), "cursor");
         assert_eq!(

@@ -211,12 +211,12 @@ impl PostgresStore {
         run_search::explain_search_runs(&self.pool, filter).await
     }
 
-    /// `EXPLAIN (ANALYZE, FORMAT JSON)` of each query a page of the job list for `filter`
-    /// may run, for tests that each order and filter reads through an index.
+    /// `EXPLAIN (ANALYZE, FORMAT JSON)` of the query of a page of the job list for
+    /// `filter`, for tests that each order and filter reads through an index.
     pub async fn explain_search_jobs(
         &self,
         filter: &crate::domain::JobFilter,
-    ) -> Result<Vec<Value>, StoreError> {
+    ) -> Result<Value, StoreError> {
         job_search::explain_search_jobs(&self.pool, filter).await
     }
 

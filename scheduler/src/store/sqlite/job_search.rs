@@ -1,28 +1,16 @@
 //! The job list on SQLite (`GET /v1/jobs`): one query built from the filters given,
 //! read in the order asked through an index on that order (`jobs_pkey`, the `(app, name)`
-//! key, `jobs_by_next_fire`, `jobs_by_updated`, and their `jobs_by_app_*` forms for one
-//! app; migration 0018), from the cursor's position on (keyset paging, no OFFSET), so a
-//! page costs about a page of index entries; a few apps (a scoped token's) are read one
-//! app each and merged ([`JobFilter::branches`]). Absent filters add no SQL. Jobs with no
-//! next fire come last in both next-fire orders: a second query reads them (by id) when
-//! the jobs with one do not fill the page.
+//! key, `jobs_by_updated`, and their `jobs_by_app_*` forms for one app; migration
+//! 0018), from the cursor's position on (keyset paging, no OFFSET), so a page costs about
+//! a page of index entries; a few apps (a scoped token's) are read one app each and
+//! merged ([`JobFilter::branches`]). Absent filters add no SQL. No order reads
+//! `next_fire_at` (no index names it: see [`crate::domain::job_filter::SORTS`]).
 
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 
 use super::rows::{job_from_row, ms};
 use crate::domain::{Job, JobFilter, JobPosition, JobSort};
 use crate::store::StoreError;
-
-/// Which jobs of a next-fire order one query reads.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Part {
-    /// The whole order (every sort but next fire).
-    All,
-    /// Jobs with a next fire time.
-    Firing,
-    /// Jobs without one, by id.
-    Finished,
-}
 
 pub(super) async fn search_jobs(
     readers: &SqlitePool,
@@ -31,92 +19,60 @@ pub(super) async fn search_jobs(
     if filter.matches_nothing() {
         return Ok(Vec::new());
     }
-    let mut jobs = Vec::new();
-    for part in parts(filter) {
-        let left = filter.limit as usize - jobs.len();
-        if left == 0 {
-            break;
-        }
-        let rows = query("", filter, part, left)
-            .build()
-            .fetch_all(readers)
-            .await?;
-        for row in &rows {
-            jobs.push(job_from_row(row)?);
-        }
-    }
-    Ok(jobs)
+    let rows = query("", filter).build().fetch_all(readers).await?;
+    rows.iter().map(job_from_row).collect()
 }
 
-/// The plan of each query the list for `filter` may run, one line per step, as
+/// The plan of the query of the list for `filter`, one line per step, as
 /// `EXPLAIN QUERY PLAN` prints it.
 pub(super) async fn explain_search_jobs(
     readers: &SqlitePool,
     filter: &JobFilter,
-) -> Result<Vec<Vec<String>>, StoreError> {
-    let mut plans = Vec::new();
-    for part in parts(filter) {
-        let rows = query("EXPLAIN QUERY PLAN ", filter, part, filter.limit as usize)
-            .build()
-            .fetch_all(readers)
-            .await?;
-        let plan = rows
-            .iter()
-            .map(|row| row.try_get::<String, _>("detail"))
-            .collect::<Result<Vec<_>, _>>()?;
-        plans.push(plan);
-    }
-    Ok(plans)
+) -> Result<Vec<String>, StoreError> {
+    let rows = query("EXPLAIN QUERY PLAN ", filter)
+        .build()
+        .fetch_all(readers)
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| row.try_get::<String, _>("detail"))
+        .collect::<Result<Vec<_>, _>>()?)
 }
 
-/// The queries a page of `filter` reads, in order.
-fn parts(filter: &JobFilter) -> Vec<Part> {
-    match (filter.sort, &filter.after) {
-        (JobSort::NextFire { .. }, Some(JobPosition::NextFire(None, _))) => vec![Part::Finished],
-        (JobSort::NextFire { .. }, _) => vec![Part::Firing, Part::Finished],
-        _ => vec![Part::All],
-    }
-}
-
-/// `prefix` and one query of `part` of the jobs of `filter`, at most `limit`: one
-/// indexed range per part of [`JobFilter::branches`], merged.
-fn query(prefix: &str, filter: &JobFilter, part: Part, limit: usize) -> QueryBuilder<Sqlite> {
+/// `prefix` and the query of a page of `filter`: one indexed range per part of
+/// [`JobFilter::branches`], merged.
+fn query(prefix: &str, filter: &JobFilter) -> QueryBuilder<Sqlite> {
     let mut q = QueryBuilder::new(prefix);
     match filter.branches().as_slice() {
-        [one] => page(&mut q, one, part, limit),
+        [one] => page(&mut q, one),
         parts => {
             q.push("SELECT * FROM (");
             for (i, branch) in parts.iter().enumerate() {
                 if i > 0 {
                     q.push(" UNION ALL SELECT * FROM (");
                 }
-                page(&mut q, branch, part, limit);
+                page(&mut q, branch);
                 q.push(format_args!(") AS part{i}"));
             }
-            q.push(format_args!(
-                " ORDER BY {} LIMIT ",
-                order(filter.sort, part)
-            ))
-            .push_bind(limit as i64);
+            q.push(format_args!(" ORDER BY {} LIMIT ", order(filter.sort)))
+                .push_bind(i64::from(filter.limit));
         }
     }
     q
 }
 
-/// The `ORDER BY` of `part` of a list in `sort`.
-fn order(sort: JobSort, part: Part) -> String {
+/// The `ORDER BY` of a list in `sort`.
+fn order(sort: JobSort) -> String {
     let dir = if sort.descending() { "DESC" } else { "ASC" };
-    match (sort, part) {
-        (JobSort::Created, _) => "id".to_string(),
-        (JobSort::Name { .. }, _) => format!("app {dir}, name {dir}"),
-        (_, Part::Finished) => format!("id {dir}"),
-        (JobSort::NextFire { .. }, _) => format!("next_fire_at {dir}, id {dir}"),
-        (JobSort::Updated { .. }, _) => format!("updated_at {dir}, id {dir}"),
+    match sort {
+        JobSort::Created => "id".to_string(),
+        JobSort::Name { .. } => format!("app {dir}, name {dir}"),
+        JobSort::Updated { .. } => format!("updated_at {dir}, id {dir}"),
     }
 }
 
-/// One page of `part` of the jobs of `filter` (its app list as it is), at most `limit`.
-fn page(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter, part: Part, limit: usize) {
+/// One page of the jobs of `filter` (its app list as it is).
+fn page(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter) {
     q.push(concat!(
         "SELECT ",
         job_read_columns!(),
@@ -158,15 +114,6 @@ fn page(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter, part: Part, limit: usi
             .push(") > 0");
     }
     let before = if filter.sort.descending() { "<" } else { ">" };
-    match part {
-        Part::Firing => {
-            q.push(" AND next_fire_at IS NOT NULL");
-        }
-        Part::Finished => {
-            q.push(" AND next_fire_at IS NULL");
-        }
-        Part::All => {}
-    }
     match &filter.after {
         None => {}
         Some(JobPosition::Id(id)) => {
@@ -180,19 +127,6 @@ fn page(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter, part: Part, limit: usi
                 .push_bind(name.clone())
                 .push(")");
         }
-        Some(JobPosition::NextFire(Some(at), id)) if part == Part::Firing => {
-            q.push(format_args!(" AND (next_fire_at, id) {before} ("))
-                .push_bind(ms(*at))
-                .push(", ")
-                .push_bind(id.to_string())
-                .push(")");
-        }
-        // Jobs that fire no more all come after a job that fires: read from their start.
-        Some(JobPosition::NextFire(Some(_), _)) => {}
-        Some(JobPosition::NextFire(None, id)) => {
-            q.push(format_args!(" AND id {before} "))
-                .push_bind(id.to_string());
-        }
         Some(JobPosition::Updated(at, id)) => {
             q.push(format_args!(" AND (updated_at, id) {before} ("))
                 .push_bind(ms(*at))
@@ -201,9 +135,6 @@ fn page(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter, part: Part, limit: usi
                 .push(")");
         }
     }
-    q.push(format_args!(
-        " ORDER BY {} LIMIT ",
-        order(filter.sort, part)
-    ))
-    .push_bind(limit as i64);
+    q.push(format_args!(" ORDER BY {} LIMIT ", order(filter.sort)))
+        .push_bind(i64::from(filter.limit));
 }

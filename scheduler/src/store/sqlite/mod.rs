@@ -197,12 +197,12 @@ impl SqliteStore {
         run_search::explain_search_runs(&self.readers, filter).await
     }
 
-    /// The plan of each query a page of the job list for `filter` may run, one line per
-    /// step (for tests that each order and filter uses an index).
+    /// The plan of the query of a page of the job list for `filter`, one line per step
+    /// (for tests that each order and filter uses an index).
     pub async fn explain_search_jobs(
         &self,
         filter: &crate::domain::JobFilter,
-    ) -> Result<Vec<Vec<String>>, StoreError> {
+    ) -> Result<Vec<String>, StoreError> {
         job_search::explain_search_jobs(&self.readers, filter).await
     }
 
