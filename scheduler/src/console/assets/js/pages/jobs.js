@@ -1,5 +1,6 @@
 // Page "jobs" (#/jobs): the job list, searched, filtered and sorted by the API
-// (GET /v1/jobs with app, group, mode, paused, q, sort, cursor, limit). The filters live
+// (GET /v1/jobs with app, group, mode, paused, q, sort by name or updated_at, cursor,
+// limit; the API has no next-fire order).
 // in the hash's query, so a filtered list is a link; paging uses the API's cursor.
 import { api } from "../api.js";
 import { field, fill, h, pager, showError, state, table, time } from "../ui.js";
@@ -91,7 +92,7 @@ export default async function render(ctx) {
         { label: "Job", sort: "name", cell: (job) => h("a", { href: `#/jobs/${encodeURIComponent(job.id)}` }, `${job.app}/${job.name}`) },
         { label: "Schedule", cell: (job) => h("code", {}, scheduleText(job.schedule)) },
         { label: "Target", cell: (job) => targetText(job.target) },
-        { label: "Next fire", sort: "next_fire_at", cell: (job) => time(job.next_fire_at) },
+        { label: "Next fire", cell: (job) => time(job.next_fire_at) },
         { label: "State", cell: jobState },
         { label: "Updated", sort: "updated_at", cell: (job) => time(job.updated_at) },
       ],
