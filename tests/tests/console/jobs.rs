@@ -56,6 +56,21 @@ async fn job_pages(kind: StoreKind) {
         .await;
     assert_eq!(value(browser, "input[name=app]").await, "other");
     browser.screenshot("jobs-list").await;
+    // Sorting is the API's, kept in the link with the filters.
+    browser.click("th button.sort").await;
+    browser
+        .wait_text("th[aria-sort=ascending]", "sorted by name", |t| {
+            t.contains("Job")
+        })
+        .await;
+    let url = browser.url().await;
+    assert!(
+        url.contains("sort=name") && url.contains("app=other"),
+        "{url}"
+    );
+    console
+        .assert_no_console_errors("sorting the job list")
+        .await;
     console.visit("#/jobs?app=shop", "jobs").await;
     browser
         .wait_text(".jobs-list", "no job of app shop yet", |t| {

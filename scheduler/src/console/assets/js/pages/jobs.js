@@ -1,6 +1,6 @@
 // Page "jobs" (#/jobs): the job list, searched, filtered and sorted by the API
 // (GET /v1/jobs with app, group, mode, paused, q, sort by name or updated_at, cursor,
-// limit; the API has no next-fire order).
+// limit; the API has no next-fire order). The filters live
 // in the hash's query, so a filtered list is a link; paging uses the API's cursor.
 import { api } from "../api.js";
 import { field, fill, h, pager, showError, state, table, time } from "../ui.js";
