@@ -65,6 +65,7 @@ mod tests {
                 local: "2026-03-28T02:30:00.000+01:00".into(),
                 due: None,
             }],
+            description: "every day at 02:30:00, Europe/Paris".into(),
         };
         let text = render(&preview);
         assert!(text.contains("LOCAL (Europe/Paris)"), "{text}");
@@ -74,6 +75,7 @@ mod tests {
             timezone: "UTC".into(),
             paused: Some(false),
             fires: vec![],
+            description: "once at 2026-03-28T01:30:00.000Z".into(),
         };
         assert!(render(&done).contains("fires no more"));
     }

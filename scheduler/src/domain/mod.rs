@@ -25,6 +25,7 @@ pub mod run;
 pub mod run_filter;
 pub mod run_stats;
 pub mod schedule;
+pub mod schedule_words;
 pub mod shard;
 pub mod timestamp;
 pub mod validation;

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::{
     schedule::{Schedule, truncate_ms},
+    schedule_words,
     validation::FieldError,
     window::Window,
 };
@@ -38,6 +39,8 @@ pub struct Preview {
     pub timezone: String,
     /// Ascending; fewer than asked when the schedule ends sooner (a one-shot).
     pub fires: Vec<UpcomingFire>,
+    /// The schedule in words, with its time zone (see [`schedule_words::describe`]).
+    pub description: String,
 }
 
 /// Checks a requested count: absent means [`DEFAULT_COUNT`], else 1 to [`MAX_COUNT`].
@@ -81,6 +84,7 @@ pub fn upcoming(
     Preview {
         timezone: timezone.name().to_string(),
         fires,
+        description: schedule_words::describe(schedule),
     }
 }
 
@@ -121,6 +125,7 @@ mod tests {
         let now = at("2026-03-27T12:00:00Z");
         let preview = for_new_schedule(&cron, &Window::default(), now, 4);
         assert_eq!(preview.timezone, "Europe/Paris");
+        assert_eq!(preview.description, "every day at 02:30:00, Europe/Paris");
         let local: Vec<&str> = preview.fires.iter().map(|f| f.local.as_str()).collect();
         assert_eq!(local[0], "2026-03-28T02:30:00.000+01:00");
         assert_eq!(local[2], "2026-03-30T02:30:00.000+02:00");

@@ -32,6 +32,10 @@ async fn a_jobs_preview_starts_at_its_next_fire_in_its_time_zone() {
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     assert_eq!(answer.body["timezone"], "Europe/Paris");
     assert_eq!(answer.body["paused"], false);
+    assert_eq!(
+        answer.body["description"], "every day at 09:15:00, Europe/Paris",
+        "the schedule in words"
+    );
     let at = instants(&answer.body);
     assert_eq!(at.len(), 3);
     assert_eq!(
@@ -84,6 +88,7 @@ async fn a_schedule_not_yet_saved_is_previewed_without_storing_anything() {
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     let at = instants(&answer.body);
     assert_eq!(at.len(), 4);
+    assert_eq!(answer.body["description"], "every 15m");
     let now = Utc::now();
     assert!(at[0] > now && at[0] <= now + chrono::Duration::minutes(15));
     assert!(answer.body.get("paused").is_none());
@@ -96,6 +101,7 @@ async fn a_schedule_not_yet_saved_is_previewed_without_storing_anything() {
         )
         .await;
     assert_eq!(instants(&once.body).len(), 1, "a one-shot fires once");
+    assert_eq!(once.body["description"], "once at 2099-01-01T00:00:00.000Z");
 
     let jobs = app.get("/v1/jobs").await;
     assert_eq!(jobs.body["items"], json!([]), "nothing was stored");

@@ -9,4 +9,5 @@ mod support;
 
 mod dlq;
 mod runs;
+mod jobs;
 mod signin;

@@ -74,6 +74,11 @@ pub struct PreviewResponse {
     pub paused: Option<bool>,
     /// The fires, ascending.
     pub fires: Vec<UpcomingFireResponse>,
+    /// The schedule in words with its time zone, e.g. "every 2 minutes at second 0,
+    /// Asia/Shanghai", "every 30s", "once at 2026-06-01T08:00:00.000Z"; a cron expression
+    /// with ranges or other syntax shows as `cron "<expression>", <zone>`.
+    #[serde(default)]
+    pub description: String,
 }
 
 impl PreviewResponse {
@@ -83,6 +88,7 @@ impl PreviewResponse {
             timezone: preview.timezone.clone(),
             paused,
             fires: preview.fires.iter().map(fire).collect(),
+            description: preview.description.clone(),
         }
     }
 }
