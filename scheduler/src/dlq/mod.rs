@@ -98,6 +98,25 @@ pub struct DeadLetters {
     amqp_url: String,
     publisher: ConfirmedPublisher,
     node: String,
+    readers: QueueReaders,
+}
+
+/// One reader of a dead-letter queue at a time on this node. Reading a queue takes its
+/// messages (`basic.get`) and holds them until the channel closes, so a second reader at
+/// the same moment finds them gone: a replay racing a peek (a console polling the queue)
+/// or the depth sampler replayed nothing, and a peek showed fewer messages than there are.
+#[derive(Default)]
+struct QueueReaders(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl QueueReaders {
+    /// Waits for `queue`'s turn; the turn lasts as long as the guard.
+    async fn turn(&self, queue: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            locks.entry(queue.to_string()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
 }
 
 impl DeadLetters {
@@ -114,6 +133,7 @@ impl DeadLetters {
             publisher: ConfirmedPublisher::new(&amqp_url, "dlq"),
             amqp_url,
             node: node.into(),
+            readers: QueueReaders::default(),
         }
     }
 
@@ -161,6 +181,7 @@ impl DeadLetters {
     ) -> Result<Vec<DlqMessage>, DlqError> {
         caller.check(Action::ReadDeadLetters, None)?;
         self.check_name(queue).await?;
+        let _turn = self.readers.turn(queue).await;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = async {
             let channel = open_queue(&connection, queue).await?.0;
@@ -272,11 +293,13 @@ impl DeadLetters {
             None => caller.check(Action::ReplayQueue, None)?,
         }
         let kind = self.check_name(queue).await?;
+        let turn = self.readers.turn(queue).await;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = self
             .replay_on(&connection, queue, &kind, job.as_deref(), limit, progress)
             .await;
         close(&connection).await;
+        drop(turn);
         let report = result?;
         let app = job
             .as_deref()
@@ -305,6 +328,7 @@ impl DeadLetters {
     pub async fn purge(&self, caller: &Caller, queue: &str) -> Result<u32, DlqError> {
         caller.check(Action::PurgeQueue, None)?;
         self.check_name(queue).await?;
+        let _turn = self.readers.turn(queue).await;
         let connection = broker::connect(&self.amqp_url, "dlq").await?;
         let result = async {
             let (channel, _) = open_queue(&connection, queue).await?;
@@ -447,6 +471,7 @@ impl DeadLetters {
         queue: &str,
         sample: usize,
     ) -> Result<DlqSummary, DlqError> {
+        let _turn = self.readers.turn(queue).await;
         let (channel, depth) = open_queue(connection, queue).await?;
         let mut summary = DlqSummary {
             queue: queue.to_string(),

@@ -92,7 +92,7 @@ impl DeadLetters {
             if report.replayed >= limit {
                 break;
             }
-            let Some(message) = get(&channel, queue).await? else {
+            let Some(message) = get_held_elsewhere(&channel, queue).await? else {
                 break;
             };
             let delivery = message.delivery;
@@ -223,4 +223,20 @@ fn strip_death(properties: &BasicProperties) -> BasicProperties {
         }
     }
     properties.clone().with_headers(kept)
+}
+
+/// A message of `queue`, waiting up to a second when the queue answers empty: the depth
+/// counted at the start says there are more, so another reader (another node's sampler or
+/// peek) holds them for a moment and returns them when its channel closes.
+async fn get_held_elsewhere(
+    channel: &lapin::Channel,
+    queue: &str,
+) -> Result<Option<lapin::message::BasicGetMessage>, lapin::Error> {
+    for _ in 0..10 {
+        if let Some(message) = get(channel, queue).await? {
+            return Ok(Some(message));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(None)
 }

@@ -179,16 +179,22 @@ export function clearFieldErrors(form) {
 
 /**
  * Shows an API error at the field it names (falling back to the form's own error box).
- * `fieldFor` maps the API's field path (e.g. "schedule.cron") to the form's field name.
+ * `fieldFor` maps the API's field path (e.g. "schedule.cron") to the form's field name;
+ * `focus: false` leaves the focus where the user is typing.
  */
-export function showError(form, error, fieldFor = (name) => name) {
+export function showError(form, error, fieldFor = (name) => name, { focus = true } = {}) {
   const name = error.field ? fieldFor(error.field) : null;
   const slot = name && form.querySelector(`.field-error[data-field="${CSS.escape(name)}"]`);
   if (slot) {
     slot.textContent = error.message;
     slot.hidden = false;
     const control = form.querySelector(`[name="${CSS.escape(name)}"]`);
-    if (control) { control.setAttribute("aria-invalid", "true"); control.focus(); }
+    if (control) {
+      control.setAttribute("aria-invalid", "true");
+      // A save moves focus to the field at fault; a live check (the schedule preview)
+      // must not take the focus, or the user's next keystrokes land in another field.
+      if (focus) control.focus();
+    }
     return;
   }
   const box = form.querySelector(".form-error") || form.prepend(h("div", { class: "form-error" })) || form.querySelector(".form-error");

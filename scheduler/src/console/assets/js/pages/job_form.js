@@ -156,7 +156,7 @@ export default async function render(ctx) {
       if (mine !== asked || ctx.stale()) return;
       for (const name of previewFields) clearOne(name);
       fill(preview, h("p", { class: "muted" }, "No preview: fix the schedule."));
-      showError(form, error, fieldFor(kind));
+      showError(form, error, fieldFor(kind), { focus: false });
     }
   }
   function clearOne(name) {
