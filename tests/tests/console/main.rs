@@ -7,4 +7,6 @@
 
 mod support;
 
+mod pages;
+mod readonly;
 mod signin;
