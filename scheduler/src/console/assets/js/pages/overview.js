@@ -93,7 +93,7 @@ export default async function render(ctx) {
     dlq: ctx.can("read_dead_letters") && { box: h("section", { "data-section": "dlq" }), load: () => api.get("/v1/dlq"), draw: dlqSection },
   };
   const shown = Object.values(sections).filter(Boolean);
-  ctx.main.append(h("h1", {}, "Overview"), shown.map((s) => s.box));
+  ctx.main.append(h("h1", {}, "Overview"), ...shown.map((s) => s.box));
 
   async function refresh() {
     await Promise.all(shown.map(async (section) => {

@@ -88,7 +88,9 @@ export default async function render(ctx) {
     }
   }
 
-  ctx.main.append(h("h1", {}, "API tokens"), secret, ctx.can("manage_tokens") ? form : null, h("h2", {}, "Tokens"), list);
+  ctx.main.append(h("h1", {}, "API tokens"), secret);
+  if (ctx.can("manage_tokens")) ctx.main.append(form);
+  ctx.main.append(h("h2", {}, "Tokens"), list);
   await load();
 }
 
