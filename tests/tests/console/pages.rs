@@ -176,7 +176,8 @@ async fn tokens_create_and_revoke(kind: StoreKind) {
         .await;
     assert_eq!(status, StatusCode::OK, "{me}");
     assert_eq!(me["role"], "operator");
-    // Shown once: a reload has no secret.
+    // Shown once: coming back to the page shows no secret.
+    console.visit("#/", "overview").await;
     console.visit("#/tokens", "tokens").await;
     assert!(
         browser.all("#token-secret").await.is_empty(),
