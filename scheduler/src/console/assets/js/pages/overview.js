@@ -22,14 +22,15 @@ function percentiles(lateness) {
 
 /** Per-bucket bars, heights through CSSOM (CSP allows it; a style attribute it does not). */
 function bars(buckets, key, label, bad) {
-  const max = Math.max(1, ...buckets.map((b) => b[key]));
-  const chart = h("div", { class: "bars", role: "img", "aria-label": `${label} per minute, last hour (highest ${max})`, "data-bars": key },
+  const peak = Math.max(0, ...buckets.map((b) => b[key]));
+  const max = Math.max(1, peak);
+  const chart = h("div", { class: "bars", role: "img", "aria-label": `${label} per minute, last hour (highest ${peak})`, "data-bars": key },
     buckets.map((bucket) => {
       const bar = h("div", { class: bad ? "bar bad" : "bar", title: `${new Date(bucket.at).toLocaleTimeString()}: ${bucket[key]}` });
       bar.style.height = `${(bucket[key] / max) * 100}%`;
       return bar;
     }));
-  return h("div", { class: "panel" }, h("h3", {}, label, h("span", { class: "muted" }, ` · peak ${count(max)}/min`)), chart);
+  return h("div", { class: "panel" }, h("h3", {}, label, h("span", { class: "muted" }, ` · peak ${count(peak)}/min`)), chart);
 }
 
 function statsSection(stats) {
