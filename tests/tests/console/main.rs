@@ -10,4 +10,6 @@ mod support;
 mod dlq;
 mod runs;
 mod jobs;
+mod pages;
+mod readonly;
 mod signin;

@@ -98,6 +98,7 @@ async function route() {
   fill(main, page);
   if (!me.actions.includes(found.action)) {
     fill(page, h("h1", {}, "Not allowed"), h("p", {}, `Token '${me.name}' (${me.role}) may not open this page.`));
+    page.setAttribute("data-ready", "true");
     return;
   }
   const ctx = {

@@ -201,3 +201,15 @@ export function showError(form, error, fieldFor = (name) => name, { focus = true
   fill(box, errorBox(error));
   box.setAttribute("data-code", error.code || "");
 }
+
+/** Shard numbers as ranges: [0,1,2,5,7,8] → "0-2,5,7-8" ("–" for none). */
+export function shardRanges(shards) {
+  const out = [];
+  for (let i = 0; i < shards.length; i++) {
+    let j = i;
+    while (j + 1 < shards.length && shards[j + 1] === shards[j] + 1) j++;
+    out.push(i === j ? `${shards[i]}` : `${shards[i]}-${shards[j]}`);
+    i = j;
+  }
+  return out.join(",") || "–";
+}
