@@ -112,7 +112,10 @@ impl QueueReaders {
     /// Waits for `queue`'s turn; the turn lasts as long as the guard.
     async fn turn(&self, queue: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = {
-            let mut locks = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut locks = self
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             locks.entry(queue.to_string()).or_default().clone()
         };
         lock.lock_owned().await

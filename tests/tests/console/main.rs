@@ -8,8 +8,8 @@
 mod support;
 
 mod dlq;
-mod runs;
 mod jobs;
 mod pages;
 mod readonly;
+mod runs;
 mod signin;

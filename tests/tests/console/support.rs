@@ -22,7 +22,8 @@ pub struct Console {
     pub consumer: Option<TestConsumer>,
     pub chimed: Chimed,
     pub api: Api,
-    pub db: TestDatabase,
+    /// Held so the scenario's database lives as long as its chimed.
+    _db: TestDatabase,
     pub vhost: TestVhost,
 }
 
@@ -54,7 +55,7 @@ impl Console {
             consumer: Some(consumer),
             chimed,
             api,
-            db,
+            _db: db,
             vhost,
         };
         console.browser.open(&console.url("")).await;
