@@ -19,6 +19,7 @@ pub mod node;
 pub mod run_search;
 pub mod run_stats;
 pub mod runs;
+mod stats_cache;
 pub mod tokens;
 
 pub use audit::{Audit, AuditError};

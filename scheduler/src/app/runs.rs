@@ -48,7 +48,7 @@ pub struct Fire {
 pub struct Runs {
     pub(super) store: Arc<dyn Store>,
     /// Recent answers of [`Runs::stats`].
-    pub(super) stats_cache: super::run_stats::StatsCache,
+    pub(super) stats_cache: super::stats_cache::StatsCache,
 }
 
 impl Runs {
